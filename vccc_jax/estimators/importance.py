@@ -35,6 +35,8 @@ def check_weight_kind(kind: str, clip: Optional[float]) -> None:
     if kind != "ratio":
         if clip is None:
             raise ValueError(f"clip is required for kind={kind!r}")
+        if not checks.is_concrete(clip):  # a traced clip (vmapped over thresholds): no value check
+            return
         if not clip > 0:
             raise ValueError(f"clip must be > 0, got {clip}")
         if kind == "mask" and not clip >= 1:
@@ -58,8 +60,11 @@ def safe_ratios(log_rhos: Array, max_log_rho: float = MAX_LOG_RHO) -> Array:
     The gradient with respect to ``log_rhos`` is ``rho`` inside the guard and 0 outside.
     """
     chex.assert_type(log_rhos, float)
-    clipped = jnp.minimum(log_rhos, max_log_rho)
-    return jnp.where(jnp.isnan(log_rhos), 0.0, jnp.exp(jnp.where(jnp.isnan(clipped), 0.0, clipped)))
+    # The NaN case is folded into the exponent (NaN fails both comparisons -> -inf -> 0), so
+    # the exp kernel is the only consumer of the log-ratio: with a select after the exp, XLA
+    # re-reads the log-ratio in every kernel that uses rho (this matters inside V-trace's loop).
+    guarded = jnp.where(log_rhos > max_log_rho, max_log_rho, -jnp.inf).astype(log_rhos.dtype)
+    return jnp.exp(jnp.where(log_rhos <= max_log_rho, log_rhos, guarded))
 
 
 def truncate(rhos: Array, clip: float) -> Array:
