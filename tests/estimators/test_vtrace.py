@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from vccc_jax.estimators import importance, vtrace as vt
+from vccc_jax.estimators import vtrace as vt
 from vccc_jax.estimators.importance import MAX_LOG_RHO
 
 
