@@ -12,7 +12,7 @@ import sys
 COMMANDS = {
     "verify": ("vccc_jax.tabular.verify", "exact and sampled checks of every identity"),
     "sweep": ("vccc_jax.sweeps.run", "staleness x clipping sweeps on tabular MDPs"),
-    "train": ("vccc_jax.train.run", "neural async actor-critic on gymnax with policy lag"),
+    "train": ("vccc_jax.sweeps.train", "neural async actor-critic on gymnax with policy lag"),
     "bench": ("vccc_jax.benchmarks", "benchmarks: estimators | tabular | train"),
     "figures": ("vccc_jax.plotting", "regenerate figures from a result store"),
 }

@@ -27,6 +27,7 @@ from typing import Iterable, Optional, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from vccc_jax.sweeps import train as train_run
 from vccc_jax.tabular import async_ac
 
 FLOOR = 1e-16  # errors at machine precision are drawn here on log axes
@@ -448,6 +449,77 @@ def fig_async_ac(rows: list[dict], mode: str = "expected", actor_kind: Optional[
     return fig
 
 
+
+
+# ------------------------------------------------------------ neural training (issue 6)
+
+
+def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
+    """Return, critic error vs ground truth and ESS vs env steps; mean and 95% CI over seeds."""
+    steps = np.array(sorted({r["env_steps"] for r in rows}), np.float64)
+    panels = [("return", "behaviour return"), ("eval_return", "current-policy return"),
+              ("gt_mse", "critic MSE vs MC V^pi"), ("ess", "ESS fraction")]
+    panels = [(k, lab) for k, lab in panels if np.any(np.isfinite(train_run.metric_column(rows, k)))]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
+    for ax, (key, label) in zip(axes[0], panels):
+        y = train_run.metric_column(rows, key)
+        have = np.any(np.isfinite(y), axis=1)
+        mean, half = train_run.mean_ci(y[have], axis=1)
+        x = steps[have]
+        ax.plot(x, mean, lw=1.5, marker="o" if have.sum() < 40 else None, ms=3)
+        ax.fill_between(x, mean - half, mean + half, alpha=0.25)
+        ax.set_xlabel("env steps")
+        ax.set_title(label, fontsize=10)
+        if key == "gt_mse":
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_lag_sweep(cells: list[dict], path: Path, title: str = "") -> Path:
+    """Return and critic error vs mean lag, one line per critic, one column per env.
+
+    ``cells``: [{"config": TrainConfig dict, "summary": summarize(...)}].
+    """
+    envs = sorted({c["config"]["env"] for c in cells})
+    critics = sorted({c["config"]["critic"] for c in cells})
+    metrics = [("final_eval_return", "current-policy return"),
+               ("final_return", "behaviour return"),
+               ("gt_rel_err", "critic |V - V^pi| / |V^pi|")]
+    metrics = [m for m in metrics if any(m[0] in c["summary"] for c in cells)]
+    fig, axes = plt.subplots(len(metrics), len(envs), figsize=(4.5 * len(envs), 3.0 * len(metrics)),
+                             squeeze=False)
+    for j, env in enumerate(envs):
+        for i, (key, label) in enumerate(metrics):
+            ax = axes[i, j]
+            for critic in critics:
+                pts = sorted(
+                    (c["summary"]["lag_mean"]["mean"], c["summary"][key]["mean"],
+                     c["summary"][key]["ci95"])
+                    for c in cells
+                    if c["config"]["env"] == env and c["config"]["critic"] == critic
+                    and key in c["summary"]
+                )
+                if not pts:
+                    continue
+                x, y, e = map(np.asarray, zip(*pts))
+                ax.errorbar(x, y, yerr=e, marker="o", ms=4, capsize=3, label=critic)
+            ax.set_xscale("symlog", linthresh=1.0)
+            ax.set_xlabel("mean lag (updates)")
+            ax.set_title(f"{env}: {label}", fontsize=9)
+            if key == "gt_rel_err":
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def save(fig, path_stem: str | Path, *, close: bool = True) -> list[Path]:

@@ -1,0 +1,164 @@
+"""Rollouts: logged behaviour log-probs, versions, termination vs truncation."""
+
+import functools
+
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from toy_envs import LegacyStopOrGo, StopOrGo
+from vccc_jax.envs import lag as lag_lib
+from vccc_jax.envs import rollout as rollout_lib
+from vccc_jax.train.networks import Actor
+
+T, B, K = 16, 4, 4
+
+
+@pytest.fixture(scope="module")
+def acrobot_rollout():
+    """Acrobot (3 actions), K = 4 distinct versions, lags 0..3, temperature 0.7, top-2."""
+    env, env_params = gymnax.make("Acrobot-v1")
+    net = Actor(3, (16,))
+    keys = jax.random.split(jax.random.PRNGKey(0), K)
+    versions = [net.init(k, jnp.zeros((1, 6))) for k in keys]
+    # larger weights than the default 0.01 head, so versions differ visibly
+    versions = [jax.tree_util.tree_map(lambda x: 30.0 * x, p) for p in versions]
+    buf = lag_lib.init_buffer(versions[0], K)
+    for p in versions[1:]:
+        buf = lag_lib.push(buf, p)
+    carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), B)
+    lags = jnp.arange(B, dtype=jnp.int32)
+    run = jax.jit(functools.partial(
+        rollout_lib.rollout, env, env_params, net.apply, num_steps=T, temperature=0.7, top_k=2,
+        record_states=True))
+    _, traj = run(buf, carry, jax.random.PRNGKey(2), lags=lags)
+    return net, versions, traj
+
+
+def test_logged_log_probs_match_recomputation_under_behaviour_version(acrobot_rollout):
+    net, versions, traj = acrobot_rollout
+    assert traj.obs.shape == (T, B, 6) and traj.log_mu_all.shape == (T, B, 3)
+    np.testing.assert_array_equal(traj.lag, np.broadcast_to(np.arange(B), (T, B)))
+    np.testing.assert_array_equal(traj.version, K - 1 - traj.lag)
+    for b in range(B):
+        params = versions[int(traj.version[0, b])]
+        logits = np.asarray(net.apply(params, traj.obs[:, b]), np.float64)
+        scaled = logits / 0.7
+        kth = np.sort(scaled, axis=-1)[:, -2:-1]
+        masked = np.where(scaled >= kth, scaled, -np.inf)
+        log_mu_all = masked - np.log(np.sum(np.exp(masked - masked.max(-1, keepdims=True)), -1,
+                                            keepdims=True)) - masked.max(-1, keepdims=True)
+        a = np.asarray(traj.action[:, b])
+        np.testing.assert_allclose(traj.log_mu[:, b], log_mu_all[np.arange(T), a], atol=2e-5)
+        finite = np.isfinite(log_mu_all)
+        np.testing.assert_array_equal(np.isfinite(traj.log_mu_all[:, b]), finite)
+        np.testing.assert_allclose(np.asarray(traj.log_mu_all[:, b])[finite], log_mu_all[finite],
+                                   atol=2e-5)
+        assert np.all(np.isfinite(traj.log_mu[:, b]))  # sampled actions are in the top-k
+        # the target log-probs are the newest version's at temperature 1, no top-k
+        newest = np.asarray(jax.nn.log_softmax(net.apply(versions[-1], traj.obs[:, b])))
+        np.testing.assert_allclose(traj.log_pi_all[:, b], newest, atol=2e-5)
+    # lag-0 env: behaviour = newest at temperature 0.7 -> log-ratio is not zero, as logged
+    assert not np.allclose(traj.log_mu_all[:, 0], traj.log_pi_all[:, 0])
+
+
+def test_recorded_states_reproduce_observations(acrobot_rollout):
+    _, _, traj = acrobot_rollout
+    env, params = gymnax.make("Acrobot-v1")
+    obs = jax.vmap(jax.vmap(lambda s: env.get_obs(s, params)))(traj.env_state)
+    np.testing.assert_allclose(obs, traj.obs, atol=1e-6)
+
+
+def test_lag_zero_gives_exactly_zero_log_ratios():
+    env, env_params = gymnax.make("CartPole-v1")
+    net = Actor(2, (16,))
+    p0 = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+    p1 = jax.tree_util.tree_map(lambda x: 3.0 * x + 0.1, p0)
+    buf = lag_lib.push(lag_lib.init_buffer(p0, 3), p1)
+    carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), B)
+    _, traj = jax.jit(functools.partial(rollout_lib.rollout, env, env_params, net.apply,
+                                        num_steps=8))(buf, carry, jax.random.PRNGKey(2),
+                                                      lags=jnp.array([0, 0, 1, 2], jnp.int32))
+    log_pi = jnp.take_along_axis(traj.log_pi_all, traj.action[..., None], -1)[..., 0]
+    log_rho = np.asarray(log_pi - traj.log_mu)
+    assert np.all(log_rho[:, :2] == 0.0)  # bit-exact at lag 0
+    assert np.all(np.abs(log_rho[:, 2:]) > 0)  # lags 1, 2 capped to 1 (only 2 versions)
+    np.testing.assert_array_equal(traj.version[0], [1, 1, 0, 0])
+
+
+def _toy_rollout(env, steps=12, envs=3):
+    params = env.default_params.replace(max_steps_in_episode=4)
+    apply = lambda p, obs: jnp.broadcast_to(p, obs.shape[:-1] + (2,))  # noqa: E731
+    logits = jnp.log(jnp.array([0.8, 0.2]))  # mostly "go"
+    carry = rollout_lib.reset(env, params, jax.random.PRNGKey(0), envs)
+    _, traj = rollout_lib.rollout(env, params, apply, logits, carry, jax.random.PRNGKey(3),
+                                  num_steps=steps)
+    return traj
+
+
+@pytest.mark.parametrize("env", [StopOrGo(), LegacyStopOrGo()], ids=["gymnax1", "legacy"])
+def test_termination_and_truncation_are_separate(env):
+    traj = _toy_rollout(env)
+    a = np.asarray(traj.action)
+    time_after = np.asarray(traj.final_obs[..., 0])
+    term = np.asarray(traj.terminated)
+    trunc = np.asarray(traj.truncated)
+    legacy = isinstance(env, LegacyStopOrGo)
+    # terminated iff the agent stopped (legacy API: unless that happened at the time limit)
+    expect_term = (a == 1) & ~((time_after >= 4) & legacy)
+    np.testing.assert_array_equal(term, expect_term)
+    # truncated iff the time limit was hit without terminating
+    np.testing.assert_array_equal(trunc, (time_after >= 4) & ~term)
+    assert trunc.any() and term.any()
+    assert not np.any(term & trunc)
+    # after any episode end the next observation is a reset one; otherwise it is final_obs
+    done = term | trunc
+    nxt = np.asarray(traj.obs[1:])
+    fin = np.asarray(traj.final_obs[:-1])
+    np.testing.assert_array_equal(nxt[~done[:-1]], fin[~done[:-1]])
+    assert np.all(nxt[done[:-1]] == 0.0)
+    # final_obs at a truncation is the pre-reset observation (time = 4)
+    assert np.all(time_after[trunc] == 4)
+    # discounts: 0 only at termination; truncation keeps gamma (it must bootstrap)
+    d = np.asarray(traj.discounts(0.9))
+    np.testing.assert_allclose(d, np.where(term, 0.0, 0.9))
+    # episode bookkeeping
+    np.testing.assert_array_equal(traj.episode_done, done)
+    np.testing.assert_array_equal(np.asarray(traj.episode_length)[done], time_after[done])
+
+
+def test_sampling_log_probs_validation_and_topk():
+    logits = jnp.array([[1.0, 3.0, 2.0, 0.0]])
+    lp = rollout_lib.sampling_log_probs(logits, 2.0, 2)
+    assert np.isneginf(lp[0, 0]) and np.isneginf(lp[0, 3])
+    np.testing.assert_allclose(jnp.exp(lp[0, 1:3]), jax.nn.softmax(jnp.array([1.5, 1.0])),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="temperature"):
+        rollout_lib.sampling_log_probs(logits, 0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        rollout_lib.sampling_log_probs(logits, 1.0, -1)
+
+
+def test_mid_rollout_switches_act_with_newer_versions():
+    """K = 9 versions 0..8; env 0 starts at lag 5 (mu_3) and receives weights 2 versions
+    newer every 4 steps: mu_3 -> mu_5 -> mu_7 -> mu_8; every logged log-prob matches the
+    version it was acting with at that step."""
+    env, env_params = gymnax.make("CartPole-v1")
+    net = Actor(2, (8,))
+    versions = [jax.tree_util.tree_map(lambda x: 20.0 * x, net.init(k, jnp.zeros((1, 4))))
+                for k in jax.random.split(jax.random.PRNGKey(3), 9)]
+    buf = lag_lib.init_buffer(versions[0], 9)
+    for p in versions[1:]:
+        buf = lag_lib.push(buf, p)
+    carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), 2)
+    _, traj = jax.jit(functools.partial(
+        rollout_lib.rollout, env, env_params, net.apply, num_steps=16, switch_every=4,
+        switch_stride=2))(buf, carry, jax.random.PRNGKey(2), lags=jnp.array([5, 0], jnp.int32))
+    np.testing.assert_array_equal(traj.version[::4, 0], [3, 5, 7, 8])
+    np.testing.assert_array_equal(traj.version[:, 1], 8)
+    for t in range(16):
+        for b in range(2):
+            lp = jax.nn.log_softmax(net.apply(versions[int(traj.version[t, b])], traj.obs[t, b]))
+            np.testing.assert_allclose(traj.log_mu[t, b], lp[int(traj.action[t, b])], atol=2e-5)

@@ -1,0 +1,350 @@
+"""``vccc bench train``: env steps/s of the full trainer, lagged VCCC vs synchronous GAE.
+
+All rows run in the same process on the same inputs, one after the other:
+
+  reference   a faithful single-file PureJaxRL-style PPO (shared-nothing copy of the widely
+              used ``purejaxrl/ppo.py`` for gymnax CartPole-v1: LogWrapper, distrax
+              Categorical, GAE scan, value clipping, one Adam over both towers)
+  sync-gae    our trainer, lag 0, K = 1 (no ring buffer), uncorrected GAE critic — the
+              synchronous PureJaxRL-style baseline of the issue
+  lag8-gae    our trainer, K = 8 versions, lags uniform on {0..7}, uncorrected GAE critic
+  lag8-vccc   our trainer, K = 8, uniform lags, VCCC one-step critic (the lagged target)
+  lag8-vtrace our trainer, K = 8, uniform lags, V-trace(0.95) critic
+
+Reference config (the issue's): CartPole-v1, 4 envs x 128 steps, 4 epochs x 4
+minibatches, 64-unit tanh MLPs, 5e5 env steps per seed. Compile time is the XLA
+``lower().compile()`` time of the whole training function; throughput is measured on the
+compiled executables, round-robin (every round runs every row once, so all rows see
+the same background load), keeping each row's best of ``--repeats`` rounds; env steps of
+all seeds count.
+
+Targets (issue 6): sync >= 130k steps/s (1 seed), lagged VCCC >= 110k, overhead of the
+lagged VCCC trainer over sync <= 15%, compile <= 8 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+# --------------------------------------------------------------------------------------
+# Reference: PureJaxRL-style PPO (single file, as widely used)
+# --------------------------------------------------------------------------------------
+
+
+def make_reference_train(config: dict):
+    """PureJaxRL ``make_train`` (ppo.py) for gymnax discrete envs, adapted to gymnax 1.x."""
+    import distrax
+    import flax.linen as nn
+    import gymnax
+    import optax
+    from flax.linen.initializers import constant, orthogonal
+    from flax.training.train_state import TrainState
+    from gymnax.wrappers.purerl import FlattenObservationWrapper, LogWrapper
+
+    class ActorCritic(nn.Module):
+        action_dim: int
+
+        @nn.compact
+        def __call__(self, x):
+            def dense(n, scale):
+                return nn.Dense(n, kernel_init=orthogonal(scale), bias_init=constant(0.0))
+
+            a = nn.tanh(dense(64, np.sqrt(2))(x))
+            a = nn.tanh(dense(64, np.sqrt(2))(a))
+            a = dense(self.action_dim, 0.01)(a)
+            pi = distrax.Categorical(logits=a)
+            c = nn.tanh(dense(64, np.sqrt(2))(x))
+            c = nn.tanh(dense(64, np.sqrt(2))(c))
+            c = dense(1, 1.0)(c)
+            return pi, jnp.squeeze(c, axis=-1)
+
+    class Transition(NamedTuple):
+        done: jnp.ndarray
+        action: jnp.ndarray
+        value: jnp.ndarray
+        reward: jnp.ndarray
+        log_prob: jnp.ndarray
+        obs: jnp.ndarray
+        info: dict
+
+    cfg = dict(config)
+    cfg["NUM_UPDATES"] = cfg["TOTAL_TIMESTEPS"] // cfg["NUM_STEPS"] // cfg["NUM_ENVS"]
+    cfg["MINIBATCH_SIZE"] = cfg["NUM_ENVS"] * cfg["NUM_STEPS"] // cfg["NUM_MINIBATCHES"]
+    env, env_params = gymnax.make(cfg["ENV_NAME"])
+    env = LogWrapper(FlattenObservationWrapper(env))
+
+    def linear_schedule(count):
+        frac = 1.0 - (count // (cfg["NUM_MINIBATCHES"] * cfg["UPDATE_EPOCHS"])) / cfg["NUM_UPDATES"]
+        return cfg["LR"] * frac
+
+    network = ActorCritic(env.action_space(env_params).n)
+
+    def init(rng):
+        _, _rng = jax.random.split(rng)
+        return network.init(_rng, jnp.zeros(env.observation_space(env_params).shape))
+
+    def train(rng, params):
+        # (params = init(rng), split out so several seeds can be initialised with lax.map:
+        # a vmapped orthogonal init is a batched LAPACK QR that can deadlock jaxlib 0.10's
+        # 2-thread CPU pool; the rest of the script is PureJaxRL's.)
+        rng, _rng = jax.random.split(rng)
+        tx = optax.chain(optax.clip_by_global_norm(cfg["MAX_GRAD_NORM"]),
+                         optax.adam(learning_rate=linear_schedule, eps=1e-5))
+        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
+        rng, _rng = jax.random.split(rng)
+        obsv, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+            jax.random.split(_rng, cfg["NUM_ENVS"]), env_params)
+
+        def _update_step(runner_state, unused):
+            def _env_step(runner_state, unused):
+                train_state, env_state, last_obs, rng = runner_state
+                rng, _rng = jax.random.split(rng)
+                pi, value = network.apply(train_state.params, last_obs)
+                action = pi.sample(seed=_rng)
+                log_prob = pi.log_prob(action)
+                rng, _rng = jax.random.split(rng)
+                rng_step = jax.random.split(_rng, cfg["NUM_ENVS"])
+                obsv, env_state, reward, terminated, truncated, info = jax.vmap(
+                    env.step, in_axes=(0, 0, 0, None))(rng_step, env_state, action, env_params)
+                done = jnp.logical_or(terminated, truncated)
+                transition = Transition(done, action, value, reward, log_prob, last_obs, info)
+                return (train_state, env_state, obsv, rng), transition
+
+            runner_state, traj_batch = jax.lax.scan(_env_step, runner_state, None,
+                                                    cfg["NUM_STEPS"])
+            train_state, env_state, last_obs, rng = runner_state
+            _, last_val = network.apply(train_state.params, last_obs)
+
+            def _calculate_gae(traj_batch, last_val):
+                def _get_advantages(gae_and_next_value, transition):
+                    gae, next_value = gae_and_next_value
+                    done, value, reward = transition.done, transition.value, transition.reward
+                    delta = reward + cfg["GAMMA"] * next_value * (1 - done) - value
+                    gae = delta + cfg["GAMMA"] * cfg["GAE_LAMBDA"] * (1 - done) * gae
+                    return (gae, value), gae
+
+                _, advantages = jax.lax.scan(_get_advantages, (jnp.zeros_like(last_val), last_val),
+                                             traj_batch, reverse=True, unroll=16)
+                return advantages, advantages + traj_batch.value
+
+            advantages, targets = _calculate_gae(traj_batch, last_val)
+
+            def _update_epoch(update_state, unused):
+                def _update_minbatch(train_state, batch_info):
+                    traj_batch, advantages, targets = batch_info
+
+                    def _loss_fn(params, traj_batch, gae, targets):
+                        pi, value = network.apply(params, traj_batch.obs)
+                        log_prob = pi.log_prob(traj_batch.action)
+                        value_pred_clipped = traj_batch.value + (value - traj_batch.value).clip(
+                            -cfg["CLIP_EPS"], cfg["CLIP_EPS"])
+                        value_losses = jnp.square(value - targets)
+                        value_losses_clipped = jnp.square(value_pred_clipped - targets)
+                        value_loss = 0.5 * jnp.maximum(value_losses, value_losses_clipped).mean()
+                        ratio = jnp.exp(log_prob - traj_batch.log_prob)
+                        gae = (gae - gae.mean()) / (gae.std() + 1e-8)
+                        loss_actor1 = ratio * gae
+                        loss_actor2 = jnp.clip(
+                            ratio, 1.0 - cfg["CLIP_EPS"], 1.0 + cfg["CLIP_EPS"]) * gae
+                        loss_actor = -jnp.minimum(loss_actor1, loss_actor2).mean()
+                        entropy = pi.entropy().mean()
+                        total_loss = (loss_actor + cfg["VF_COEF"] * value_loss
+                                      - cfg["ENT_COEF"] * entropy)
+                        return total_loss, (value_loss, loss_actor, entropy)
+
+                    grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
+                    total_loss, grads = grad_fn(train_state.params, traj_batch, advantages, targets)
+                    train_state = train_state.apply_gradients(grads=grads)
+                    return train_state, total_loss
+
+                train_state, traj_batch, advantages, targets, rng = update_state
+                rng, _rng = jax.random.split(rng)
+                batch_size = cfg["MINIBATCH_SIZE"] * cfg["NUM_MINIBATCHES"]
+                permutation = jax.random.permutation(_rng, batch_size)
+                batch = (traj_batch, advantages, targets)
+                batch = jax.tree_util.tree_map(
+                    lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
+                shuffled = jax.tree_util.tree_map(lambda x: jnp.take(x, permutation, axis=0), batch)
+                minibatches = jax.tree_util.tree_map(
+                    lambda x: jnp.reshape(x, [cfg["NUM_MINIBATCHES"], -1] + list(x.shape[1:])),
+                    shuffled)
+                train_state, total_loss = jax.lax.scan(_update_minbatch, train_state, minibatches)
+                return (train_state, traj_batch, advantages, targets, rng), total_loss
+
+            update_state = (train_state, traj_batch, advantages, targets, rng)
+            update_state, loss_info = jax.lax.scan(_update_epoch, update_state, None,
+                                                   cfg["UPDATE_EPOCHS"])
+            train_state = update_state[0]
+            metric = traj_batch.info
+            rng = update_state[-1]
+            return (train_state, env_state, last_obs, rng), metric
+
+        rng, _rng = jax.random.split(rng)
+        runner_state = (train_state, env_state, obsv, _rng)
+        runner_state, metric = jax.lax.scan(_update_step, runner_state, None, cfg["NUM_UPDATES"])
+        return {"runner_state": runner_state, "metrics": metric}
+
+    return init, train
+
+
+REFERENCE_CONFIG = {
+    "LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 500_000,
+    "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95,
+    "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5,
+    "ENV_NAME": "CartPole-v1",
+}
+
+
+# --------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------
+
+
+class Timing(NamedTuple):
+    name: str
+    compile_s: float
+    run_s: float
+    env_steps: int
+    final_return: float
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.env_steps / self.run_s
+
+
+class Prepared(NamedTuple):
+    """A compiled row, ready to time: fn(*args) runs the whole training."""
+
+    name: str
+    fn: object
+    args: tuple
+    compile_s: float
+    env_steps: int
+    final_return: object  # callable(output) -> float
+
+
+def _compile(fn, args):
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, time.perf_counter() - t0
+
+
+def prepare_reference(seeds: int, timesteps: int) -> Prepared:
+    cfg = dict(REFERENCE_CONFIG, TOTAL_TIMESTEPS=timesteps)
+    init, train = make_reference_train(cfg)
+    if seeds == 1:  # as the single-file script is normally run: no vmap
+        key = jax.random.PRNGKey(0)
+        fn, args = train, (key, jax.jit(init)(key))
+    else:
+        keys = jax.random.split(jax.random.PRNGKey(0), seeds)
+        fn, args = jax.vmap(train), (keys, jax.jit(lambda k: jax.lax.map(init, k))(keys))
+    compiled, compile_s = _compile(fn, args)
+
+    def final(out):
+        info = out["metrics"]
+        done = np.asarray(info["returned_episode"])[-10:]
+        rets = np.asarray(info["returned_episode_returns"])[-10:]
+        return float(rets[done].mean()) if done.any() else float("nan")
+
+    steps = (timesteps // (4 * 128)) * 4 * 128 * seeds
+    return Prepared("reference (PureJaxRL-style)", compiled, args, compile_s, steps, final)
+
+
+def prepare_trainer(name: str, seeds: int, timesteps: int, **overrides) -> Prepared:
+    from vccc_jax.train.trainer import TrainConfig, Trainer
+
+    cfg = TrainConfig(total_timesteps=timesteps, num_seeds=seeds, **overrides)
+    trainer = Trainer(cfg)
+    state = trainer.init()
+    n = trainer.num_updates
+
+    def run(s):
+        return trainer._train_impl(s, jnp.asarray(0, jnp.int32), n)
+
+    compiled, compile_s = _compile(run, (state,))
+
+    def final(out):
+        return float(np.nanmean(np.asarray(out[1]["return"])[-10:]))
+
+    return Prepared(name, compiled, (state,), compile_s, n * cfg.batch_size * seeds, final)
+
+
+def time_rows(rows: list[Prepared], repeats: int) -> list[Timing]:
+    """Round-robin timing: every round runs every row once; the best run of each row is
+    kept. Interleaving makes rows see the same background load (the CPU is shared)."""
+    best = {r.name: float("inf") for r in rows}
+    finals = {}
+    for _ in range(repeats):
+        for r in rows:
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(r.fn(*r.args))
+            best[r.name] = min(best[r.name], time.perf_counter() - t0)
+            finals[r.name] = r.final_return(out)
+    return [Timing(r.name, r.compile_s, best[r.name], r.env_steps, finals[r.name]) for r in rows]
+
+
+ROWS = {
+    "sync-gae": dict(lag="fixed:0", num_versions=1, critic="gae"),
+    "lag8-gae": dict(lag="uniform:7", num_versions=8, critic="gae"),
+    "lag8-vccc": dict(lag="uniform:7", num_versions=8, critic="vccc"),
+    "lag8-vtrace": dict(lag="uniform:7", num_versions=8, critic="vtrace"),
+}
+
+
+def format_table(rows: list[Timing], base: str = "sync-gae") -> str:
+    ref = {r.name: r for r in rows}.get(base)
+    lines = ["| run | env steps/s | vs sync-gae | compile s | run s | final return |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ratio = f"{r.steps_per_s / ref.steps_per_s:.2f}x" if ref else "-"
+        lines.append(f"| {r.name} | {r.steps_per_s / 1e3:,.1f}k | {ratio} | {r.compile_s:.2f} | "
+                     f"{r.run_s:.2f} | {r.final_return:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="vccc bench train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=1, help="vmapped seeds per run (default 1)")
+    p.add_argument("--timesteps", type=int, default=500_000, help="env steps per seed")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="round-robin rounds; each row's best run is kept")
+    p.add_argument("--rows", default="reference," + ",".join(ROWS),
+                   help="comma-separated subset of: reference," + ",".join(ROWS))
+    p.add_argument("--actor", default="truncate", help="actor weight of our trainer rows")
+    args = p.parse_args(argv)
+    wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in wanted if r != "reference" and r not in ROWS]
+    if unknown:
+        p.error(f"unknown rows {unknown}")
+    print(f"# vccc bench train: CartPole-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches, "
+          f"64-unit tanh MLPs, {args.timesteps} steps/seed, {args.seeds} seed(s), "
+          f"best of {args.repeats} round-robin rounds; jax {jax.__version__} on "
+          f"{jax.devices()[0].platform}",
+          flush=True)
+    prepared = []
+    for name in wanted:
+        if name == "reference":
+            prepared.append(prepare_reference(args.seeds, args.timesteps))
+        else:
+            prepared.append(prepare_trainer(name, args.seeds, args.timesteps, actor=args.actor,
+                                            **ROWS[name]))
+        print(f"  compiled {name} in {prepared[-1].compile_s:.2f}s", file=sys.stderr, flush=True)
+    results = time_rows(prepared, args.repeats)
+    print(format_table(results))
+    by = {r.name: r for r in results}
+    if "sync-gae" in by and "lag8-vccc" in by:
+        overhead = by["sync-gae"].steps_per_s / by["lag8-vccc"].steps_per_s - 1.0
+        print(f"\noverhead of lag8-vccc over sync-gae: {100 * overhead:.1f}% (target <= 15%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Simulated policy lag: a ring buffer of actor versions and the laws that pick a lag.
+
+In asynchronous actor-critic the rollout workers act with old versions mu_i = pi_{k-L}
+while the learner is at pi_k (vccc_blog_en.txt §1.4). We simulate this inside one jitted
+trainer:
+
+* :class:`VersionBuffer` keeps the last ``K`` actor parameter versions as ONE stacked pytree
+  (every leaf has a leading axis of size ``K``), so it is just another array in the train
+  state and can be sharded like one. ``push`` writes a new version, ``get(lag)`` /
+  ``gather(lags)`` read the version ``lag`` updates old. Lags are capped by the number of
+  versions actually pushed so far (early in training every worker acts with the oldest
+  available version, the initial parameters).
+* :class:`LagLaw` is a frozen spec parsed from strings like ``"fixed:2"``, ``"uniform:4"``,
+  ``"geometric:8"``, ``"zipf:1.5"`` or ``"trace:0,3,1,8"``; ``sample`` draws one lag per
+  environment with ``jax.random``.
+* :func:`switch_lags`: optional mid-rollout switches — every ``m`` steps an environment
+  receives newer weights, so one trajectory mixes versions (mu_3 -> mu_5 -> mu_8, §3.4).
+
+Conventions: version ids count pushes (the initial parameters are version 0; after learner
+update k the buffer holds version k + 1). Lag 0 is the newest version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+Array = chex.Array
+
+LAG_KINDS = ("fixed", "uniform", "geometric", "zipf", "trace")
+
+
+# --------------------------------------------------------------------------------------
+# Lag laws
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LagLaw:
+    """A distribution over lags {0, 1, ..., K-1} (K = number of versions kept).
+
+    kinds (``param`` meaning):
+      fixed:L       every env acts with lag L.
+      uniform:M     lag uniform on {0, ..., M}; mean M/2.
+      geometric:m   P(l) ∝ (m / (1 + m))^l, i.e. a geometric law with untruncated mean m,
+                    truncated to {0, ..., K-1} and renormalised.
+      zipf:a        heavy tail, P(l) ∝ (l + 1)^(-a), truncated to {0, ..., K-1}.
+      trace:l0,l1.. a replayed trace of lags: env b at update k gets
+                    trace[(k * num_envs + b) % len(trace)] (e.g. lags measured in a real
+                    asynchronous system). ``trace:@path`` reads whitespace/comma separated
+                    integers from a file.
+    """
+
+    kind: str = "fixed"
+    param: float = 0.0
+    trace: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if self.kind not in LAG_KINDS:
+            raise ValueError(f"lag kind must be one of {LAG_KINDS}, got {self.kind!r}")
+        if self.kind in ("fixed", "uniform"):
+            if self.param < 0 or float(self.param) != int(self.param):
+                raise ValueError(f"lag {self.kind}:{self.param}: param must be an integer >= 0")
+        if self.kind == "geometric" and not self.param >= 0:
+            raise ValueError(f"lag geometric:{self.param}: the mean must be >= 0")
+        if self.kind == "zipf" and not self.param > 0:
+            raise ValueError(f"lag zipf:{self.param}: the exponent must be > 0")
+        if self.kind == "trace":
+            if not self.trace:
+                raise ValueError("lag trace: the trace must hold at least one lag")
+            if min(self.trace) < 0:
+                raise ValueError(f"lag trace: lags must be >= 0, got {min(self.trace)}")
+
+    # -- parsing / printing ------------------------------------------------------------
+    @classmethod
+    def parse(cls, text: "str | LagLaw") -> "LagLaw":
+        """``"geometric:8"`` -> LagLaw("geometric", 8.0). A bare integer means fixed."""
+        if isinstance(text, LagLaw):
+            return text
+        text = str(text).strip()
+        if ":" not in text:
+            try:
+                return cls("fixed", float(int(text)))
+            except ValueError:
+                raise ValueError(
+                    f"lag must look like KIND:PARAM with KIND in {LAG_KINDS}, got {text!r}"
+                ) from None
+        kind, _, arg = text.partition(":")
+        kind = kind.strip().lower()
+        if kind == "trace":
+            if arg.startswith("@"):
+                with open(arg[1:]) as f:
+                    arg = f.read()
+            values = tuple(int(v) for v in arg.replace(",", " ").split())
+            return cls("trace", 0.0, values)
+        try:
+            value = float(arg)
+        except ValueError:
+            raise ValueError(f"lag {text!r}: parameter {arg!r} is not a number") from None
+        return cls(kind, value)
+
+    def __str__(self) -> str:
+        if self.kind == "trace":
+            return "trace:" + ",".join(str(v) for v in self.trace)
+        p = int(self.param) if float(self.param).is_integer() else self.param
+        return f"{self.kind}:{p}"
+
+    # -- static properties -------------------------------------------------------------
+    def max_lag(self) -> Optional[int]:
+        """Largest lag the law can produce (None: unbounded, truncated at K-1)."""
+        if self.kind in ("fixed", "uniform"):
+            return int(self.param)
+        if self.kind == "trace":
+            return max(self.trace)
+        if self.kind == "geometric" and self.param == 0:
+            return 0
+        return None
+
+    def default_num_versions(self) -> int:
+        """A ring size K that holds the law without (much) truncation.
+
+        Bounded laws get max_lag + 1; geometric:m gets the smallest K with tail mass
+        P(l >= K) <= 1e-3; zipf gets 33 (its tail is truncated by design).
+        """
+        bound = self.max_lag()
+        if bound is not None:
+            return bound + 1
+        if self.kind == "geometric":
+            q = self.param / (1.0 + self.param)
+            return int(math.ceil(math.log(1e-3) / math.log(q)))
+        return 33
+
+    def check(self, num_versions: int) -> None:
+        """Raise ValueError if the law needs more versions than ``num_versions``."""
+        if num_versions < 1:
+            raise ValueError(f"num_versions must be >= 1, got {num_versions}")
+        bound = self.max_lag()
+        if bound is not None and bound > num_versions - 1:
+            raise ValueError(
+                f"lag {self} reaches lag {bound} but num_versions={num_versions} keeps only "
+                f"lags 0..{num_versions - 1}; use num_versions >= {bound + 1}"
+            )
+
+    def pmf(self, num_versions: int) -> np.ndarray:
+        """Probabilities of lags 0..K-1 (float64, sums to 1). For a trace: its histogram."""
+        self.check(num_versions)
+        k = np.arange(num_versions, dtype=np.float64)
+        if self.kind == "fixed":
+            p = (k == self.param).astype(np.float64)
+        elif self.kind == "uniform":
+            p = (k <= self.param).astype(np.float64)
+        elif self.kind == "geometric":
+            if self.param == 0:
+                p = (k == 0).astype(np.float64)
+            else:
+                p = (self.param / (1.0 + self.param)) ** k
+        elif self.kind == "zipf":
+            p = (k + 1.0) ** (-self.param)
+        else:
+            p = np.bincount(np.asarray(self.trace), minlength=num_versions).astype(np.float64)
+        return p / p.sum()
+
+    def mean(self, num_versions: int) -> float:
+        """Exact mean lag under the (truncated) law, before the cap by versions pushed."""
+        return float(np.dot(np.arange(num_versions), self.pmf(num_versions)))
+
+    # -- sampling ----------------------------------------------------------------------
+    def sample(
+        self,
+        key: Array,
+        num_envs: int,
+        num_versions: int,
+        *,
+        available: Optional[Array] = None,
+        step: Optional[Array] = None,
+    ) -> Array:
+        """Draw one lag per environment: int32 [num_envs] in [0, min(available, K) - 1].
+
+        Args:
+          key: jax.random key (unused by fixed/trace laws).
+          num_envs, num_versions: static sizes.
+          available: number of versions pushed so far (traced int); lags are capped at
+            ``available - 1``. None: no cap beyond K-1.
+          step: update index (traced int), used by ``trace`` to pick its position.
+        """
+        self.check(num_versions)
+        if self.kind == "fixed":
+            lags = jnp.full((num_envs,), int(self.param), jnp.int32)
+        elif self.kind == "trace":
+            trace = jnp.asarray(self.trace, jnp.int32)
+            step = jnp.zeros((), jnp.int32) if step is None else jnp.asarray(step, jnp.int32)
+            idx = (step * num_envs + jnp.arange(num_envs, dtype=jnp.int32)) % len(self.trace)
+            lags = jnp.minimum(trace[idx], num_versions - 1)
+        else:
+            pmf = self.pmf(num_versions)
+            logits = jnp.asarray(np.where(pmf > 0, np.log(np.maximum(pmf, 1e-300)), -np.inf),
+                                 jnp.float32)
+            lags = jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
+        return cap_lags(lags, available)
+
+
+def cap_lags(lags: Array, available: Optional[Array]) -> Array:
+    """min(lag, available - 1): a worker cannot act with a version that was never pushed."""
+    if available is None:
+        return lags
+    return jnp.minimum(lags, jnp.maximum(jnp.asarray(available, jnp.int32) - 1, 0))
+
+
+def switch_lags(lags: Array, step: Array, *, every: int, stride: int = 1) -> Array:
+    """Lag at rollout step ``step`` with mid-rollout weight switches.
+
+    Every ``every`` environment steps a worker receives weights ``stride`` versions newer,
+    until it reaches the newest (lag 0): lag_t = max(lag_0 - stride * floor(t / every), 0).
+    ``every=0`` disables switches. With lag_0 = 5, every=m, stride 2 at K = 9 a trajectory
+    acts with mu_3 -> mu_5 -> mu_7 -> mu_8 (versions 8 - lag).
+    """
+    if every <= 0:
+        return lags
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    hops = (jnp.asarray(step, jnp.int32) // every) * stride
+    return jnp.maximum(lags - hops, 0)
+
+
+# --------------------------------------------------------------------------------------
+# Ring buffer of parameter versions
+# --------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class VersionBuffer:
+    """The last K actor versions as one stacked pytree.
+
+    Attributes:
+      params: pytree; every leaf has shape [K, *leaf_shape]. Slot ``head`` holds the newest.
+      head: int32 [] slot of the newest version.
+      count: int32 [] number of versions pushed so far (including the initial one).
+      version: int32 [] id of the newest version (= count - 1).
+    """
+
+    params: Any
+    head: Array
+    count: Array
+    version: Array
+
+    @property
+    def num_versions(self) -> int:
+        return jax.tree_util.tree_leaves(self.params)[0].shape[0]
+
+
+def init_buffer(params: Any, num_versions: int) -> VersionBuffer:
+    """A buffer whose every slot holds ``params`` (version 0); one version available."""
+    if num_versions < 1:
+        raise ValueError(f"num_versions must be >= 1, got {num_versions}")
+    stacked = jax.tree_util.tree_map(
+        lambda x: jnp.broadcast_to(jnp.asarray(x)[None], (num_versions,) + jnp.shape(x)), params
+    )
+    zero = jnp.zeros((), jnp.int32)
+    return VersionBuffer(params=stacked, head=zero, count=zero + 1, version=zero)
+
+
+def push(buffer: VersionBuffer, params: Any) -> VersionBuffer:
+    """Write ``params`` as the newest version (overwriting the oldest once the ring is full)."""
+    k = buffer.num_versions
+    head = (buffer.head + 1) % k
+    stacked = jax.tree_util.tree_map(
+        lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, jnp.asarray(x, buf.dtype), head, 0),
+        buffer.params,
+        params,
+    )
+    return VersionBuffer(
+        params=stacked, head=head, count=buffer.count + 1, version=buffer.version + 1
+    )
+
+
+def available(buffer: VersionBuffer) -> Array:
+    """Number of distinct versions readable now: min(count, K)."""
+    return jnp.minimum(buffer.count, buffer.num_versions)
+
+
+def slots(buffer: VersionBuffer, lags: Array) -> Array:
+    """Ring slot of the version ``lags`` updates old (lags capped by the versions pushed)."""
+    lags = jnp.clip(jnp.asarray(lags, jnp.int32), 0, available(buffer) - 1)
+    return (buffer.head - lags) % buffer.num_versions
+
+
+def version_ids(buffer: VersionBuffer, lags: Array) -> Array:
+    """Version id read for each lag (after the cap): version - min(lag, available - 1)."""
+    lags = jnp.clip(jnp.asarray(lags, jnp.int32), 0, available(buffer) - 1)
+    return buffer.version - lags
+
+
+def get(buffer: VersionBuffer, lag: Array) -> Any:
+    """The parameter pytree ``lag`` versions old (scalar lag)."""
+    s = slots(buffer, lag)
+    return jax.tree_util.tree_map(lambda buf: jax.lax.dynamic_index_in_dim(buf, s, 0, False),
+                                  buffer.params)
+
+
+def gather(buffer: VersionBuffer, lags: Array) -> Any:
+    """Per-environment parameters: leaves [n, ...] for an int array ``lags`` of shape [n]."""
+    chex.assert_rank(lags, 1)
+    s = slots(buffer, lags)
+    return jax.tree_util.tree_map(lambda buf: jnp.take(buf, s, axis=0), buffer.params)

@@ -1,0 +1,270 @@
+"""Vectorised gymnax rollouts that log what an off-policy learner needs (DESIGN.md §6).
+
+One rollout is a ``lax.scan`` over ``num_steps`` steps of ``num_envs`` auto-resetting gymnax
+environments. Each step records, time-major ``[T, B, ...]``:
+
+* ``obs``, ``action``, ``reward``;
+* ``terminated`` and ``truncated`` SEPARATELY. ``terminated[t]``: s_{t+1} is a terminal
+  state (no bootstrap, discount 0). ``truncated[t]``: the episode was cut by the time limit
+  after step t without terminating — the learner must bootstrap from the value of
+  ``final_obs[t]`` (the observation reached before the auto-reset) with the discount kept;
+* ``final_obs``: the observation the step produced before any auto-reset (equal to
+  ``obs[t+1]`` unless the episode ended at t);
+* ``log_mu`` = log mu(a_t|s_t) of the *actual* sampling distribution (logits / temperature,
+  top-k truncation included) and ``log_mu_all`` [T, B, A], the whole sampling distribution
+  (actions are discrete), which score centering (Eq 13) and Z(s) (§4.2) need;
+* ``log_pi_all`` [T, B, A]: log-probs of the newest actor version (the learner's pi_k at
+  temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here;
+  logging it avoids a second forward pass and makes lag-0 log-ratios exactly zero (the
+  behaviour and the target logits come out of the same batched computation);
+* ``lag`` / ``version``: how many updates old the acting parameters were and their id;
+* ``episode_return`` / ``episode_length`` of episodes that ended at t (0 elsewhere);
+* optionally ``env_state`` (the full gymnax state at s_t) for Monte-Carlo ground truth.
+
+Time-limit detection: gymnax >= 1.0 returns ``terminated`` and ``truncated`` from
+``env.step``; older gymnax merges them in ``done``. For the old API we detect the cut from the
+env's step counter (``state.time >= max_steps_in_episode``) — see :func:`env_step`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from vccc_jax.envs import lag as lag_lib
+
+Array = chex.Array
+ApplyFn = Callable[[Any, Array], Array]  # (params, obs) -> logits [..., A]
+
+
+# --------------------------------------------------------------------------------------
+# Sampling distribution
+# --------------------------------------------------------------------------------------
+
+
+def sampling_log_probs(logits: Array, temperature: float = 1.0, top_k: int = 0) -> Array:
+    """log mu(.|s) of the distribution actions are actually drawn from.
+
+    mu ∝ exp(logits / temperature) restricted to the ``top_k`` largest logits (``top_k=0``
+    or >= A: no restriction; ties at the k-th value are all kept). Actions outside the
+    support get log-prob -inf. ``temperature`` and ``top_k`` are static.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+    scaled = logits if temperature == 1.0 else logits / temperature
+    num_actions = logits.shape[-1]
+    if 0 < top_k < num_actions:
+        kth = jax.lax.top_k(scaled, top_k)[0][..., -1:]
+        scaled = jnp.where(scaled >= kth, scaled, -jnp.inf)
+    return jax.nn.log_softmax(scaled, axis=-1)
+
+
+# --------------------------------------------------------------------------------------
+# Environment stepping
+# --------------------------------------------------------------------------------------
+
+
+def _select(pred: Array, on_true: Any, on_false: Any) -> Any:
+    return jax.tree_util.tree_map(lambda a, b: jax.lax.select(pred, a, b), on_true, on_false)
+
+
+def env_step(env, key: Array, state: Any, action: Array, params: Any):
+    """One auto-resetting step of a single gymnax env with termination and truncation apart.
+
+    Returns ``(obs, state, reward, terminated, truncated, final_obs)``: ``obs``/``state``
+    are post-reset when the episode ended; ``final_obs`` is the observation reached before
+    the reset; ``truncated`` is True only for a time-limit cut that did not terminate.
+    """
+    out = env.step(key, state, action, params)
+    if len(out) == 6:  # gymnax >= 1.0: terminated / truncated apart, final_observation kept
+        obs, new_state, reward, terminated, truncated, info = out
+        final_obs = info.get("final_observation", obs)
+        terminated = jnp.asarray(terminated, bool)
+        truncated = jnp.logical_and(jnp.asarray(truncated, bool), ~terminated)
+        return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, final_obs
+    # Legacy gymnax: `done` merges both; redo the step without the reset and read the
+    # step counter to tell a time-limit cut from a terminal state.
+    key_step, key_reset = jax.random.split(key)
+    obs_st, state_st, reward, done, _ = env.step_env(key_step, state, action, params)
+    obs_re, state_re = env.reset_env(key_reset, params)
+    # (a terminal state reached exactly at the time limit is indistinguishable from a cut
+    # in the legacy API and counts as truncated)
+    time_up = jnp.asarray(state_st.time >= params.max_steps_in_episode, bool)
+    done = jnp.logical_or(jnp.asarray(done, bool), time_up)
+    truncated = time_up
+    terminated = jnp.logical_and(done, ~time_up)
+    new_state = _select(done, state_re, state_st)
+    obs = _select(done, obs_re, obs_st)
+    return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, obs_st
+
+
+@struct.dataclass
+class EnvCarry:
+    """Per-env state carried across rollouts (leading axis: envs)."""
+
+    env_state: Any
+    obs: Array
+    episode_return: Array  # running undiscounted return of the current episode
+    episode_length: Array  # int32 steps so far in the current episode
+
+
+def reset(env, env_params: Any, key: Array, num_envs: int) -> EnvCarry:
+    """Reset ``num_envs`` environments."""
+    keys = jax.random.split(key, num_envs)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+    return EnvCarry(
+        env_state=state,
+        obs=obs,
+        episode_return=jnp.zeros((num_envs,), jnp.float32),
+        episode_length=jnp.zeros((num_envs,), jnp.int32),
+    )
+
+
+@struct.dataclass
+class Trajectory:
+    """A time-major rollout; every field is [T, B, ...] (see the module docstring)."""
+
+    obs: Array
+    action: Array
+    reward: Array
+    terminated: Array
+    truncated: Array
+    final_obs: Array
+    log_mu: Array
+    log_mu_all: Array
+    log_pi_all: Array
+    lag: Array
+    version: Array
+    episode_return: Array
+    episode_length: Array
+    episode_done: Array
+    env_state: Any = None
+
+    def discounts(self, gamma: float) -> Array:
+        """gamma * (1 - terminated): 0 only when s_{t+1} is terminal (truncation keeps it)."""
+        return gamma * (1.0 - self.terminated.astype(self.reward.dtype))
+
+
+# --------------------------------------------------------------------------------------
+# Rollout
+# --------------------------------------------------------------------------------------
+
+
+def _logits_versioned(apply_fn: ApplyFn, stacked_params: Any, obs: Array):
+    """Behaviour and newest-version logits from ONE batched forward over [2B] rows.
+
+    ``stacked_params`` holds per-env behaviour params in rows [0, B) and the newest version
+    in rows [B, 2B). Identical rows of a batched computation give identical bits, so at lag
+    0 the behaviour and target log-probs agree exactly and the log-ratios are exactly 0.
+    """
+    logits = jax.vmap(apply_fn)(stacked_params, jnp.concatenate([obs, obs], 0))
+    n = obs.shape[0]
+    return logits[:n], logits[n:]
+
+
+def _versions_and_head(buffer: lag_lib.VersionBuffer, lags: Array) -> Any:
+    """Per-env params for ``lags`` stacked over the newest version's: leaves [2B, ...]."""
+    return lag_lib.gather(buffer, jnp.concatenate([lags, jnp.zeros_like(lags)], 0))
+
+
+def rollout(
+    env,
+    env_params: Any,
+    apply_fn: ApplyFn,
+    actor: Any,
+    carry: EnvCarry,
+    key: Array,
+    *,
+    num_steps: int,
+    lags: Optional[Array] = None,
+    switch_every: int = 0,
+    switch_stride: int = 1,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    record_states: bool = False,
+) -> tuple[EnvCarry, Trajectory]:
+    """Run ``num_steps`` steps of every env in ``carry``; returns (new carry, Trajectory).
+
+    Args:
+      env, env_params: a gymnax environment (discrete actions) and its params.
+      apply_fn: (params, obs) -> logits for one observation or a batch.
+      actor: either plain actor params (synchronous: every env acts with them, lag 0) or a
+        :class:`~vccc_jax.envs.lag.VersionBuffer`, in which case env b acts with the version
+        ``lags[b]`` updates old (capped by the versions pushed so far).
+      carry: :class:`EnvCarry` with B envs.
+      key: jax.random key.
+      num_steps: static T.
+      lags: int [B], required with a VersionBuffer.
+      switch_every, switch_stride: mid-rollout switches (see :func:`lag.switch_lags`).
+      temperature, top_k: the sampling distribution (static; see :func:`sampling_log_probs`).
+      record_states: also return the env state at every s_t (for ground truth).
+    """
+    num_envs = carry.obs.shape[0]
+    versioned = isinstance(actor, lag_lib.VersionBuffer)
+    if versioned:
+        if lags is None:
+            raise ValueError("lags [num_envs] is required when actor is a VersionBuffer")
+        chex.assert_shape(lags, (num_envs,))
+        lags = lag_lib.cap_lags(jnp.asarray(lags, jnp.int32), lag_lib.available(actor))
+        if switch_every <= 0:  # versions fixed for the rollout: gather once, outside the loop
+            fixed_params = _versions_and_head(actor, lags)
+    step_env = jax.vmap(env_step, in_axes=(None, 0, 0, 0, None))
+
+    def one_step(state: EnvCarry, xs):
+        t, step_key = xs
+        k_act, k_env = jax.random.split(step_key)
+        if versioned:
+            lag_t = lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)
+            params_t = (fixed_params if switch_every <= 0
+                        else _versions_and_head(actor, lag_t))
+            logits_mu, logits_pi = _logits_versioned(apply_fn, params_t, state.obs)
+            version = lag_lib.version_ids(actor, lag_t)
+        else:
+            logits_pi = apply_fn(actor, state.obs)
+            logits_mu = logits_pi
+            lag_t = jnp.zeros((num_envs,), jnp.int32)
+            version = lag_t
+        log_pi_all = jax.nn.log_softmax(logits_pi, axis=-1)
+        log_mu_all = sampling_log_probs(logits_mu, temperature, top_k)
+        action = jax.random.categorical(k_act, log_mu_all, axis=-1).astype(jnp.int32)
+        log_mu = jnp.take_along_axis(log_mu_all, action[:, None], axis=-1)[:, 0]
+        obs, env_state, reward, terminated, truncated, final_obs = step_env(
+            env, jax.random.split(k_env, num_envs), state.env_state, action, env_params
+        )
+        done = terminated | truncated
+        ep_return = state.episode_return + reward
+        ep_length = state.episode_length + 1
+        record = Trajectory(
+            obs=state.obs,
+            action=action,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=final_obs,
+            log_mu=log_mu,
+            log_mu_all=log_mu_all,
+            log_pi_all=log_pi_all,
+            lag=lag_t,
+            version=version,
+            episode_return=jnp.where(done, ep_return, 0.0),
+            episode_length=jnp.where(done, ep_length, 0),
+            episode_done=done,
+            env_state=state.env_state if record_states else None,
+        )
+        new_state = EnvCarry(
+            env_state=env_state,
+            obs=obs,
+            episode_return=jnp.where(done, 0.0, ep_return),
+            episode_length=jnp.where(done, 0, ep_length),
+        )
+        return new_state, record
+
+    steps = jnp.arange(num_steps, dtype=jnp.int32)
+    keys = jax.random.split(key, num_steps)
+    return jax.lax.scan(one_step, carry, (steps, keys))
