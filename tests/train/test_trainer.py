@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from vccc_jax.envs import rollout as rollout_lib
+from vccc_jax.estimators import importance
 from vccc_jax.train import checkpoint
 from vccc_jax.train.trainer import (
     CRITIC_TARGETS,
@@ -19,7 +20,6 @@ from vccc_jax.train.trainer import (
     TargetOutput,
     TrainConfig,
     Trainer,
-    expected_weight,
     parse_actor,
     register_critic_target,
 )
@@ -283,12 +283,12 @@ def test_expected_weight_is_exact_in_float64():
     with jax.enable_x64(True):
         mu = np.array([0.1, 0.6, 0.3])
         pi = np.array([0.5, 0.2, 0.3])
-        z = expected_weight(jnp.log(pi), jnp.log(mu), kind="truncate", clip=2.0)
+        z = importance.expected_weight(jnp.log(pi), jnp.log(mu), kind="truncate", clip=2.0)
         assert float(z) == pytest.approx(np.sum(mu * np.minimum(pi / mu, 2.0)), abs=1e-12)
-        z = expected_weight(jnp.log(pi), jnp.log(pi), kind="mask", clip=2.0)
+        z = importance.expected_weight(jnp.log(pi), jnp.log(pi), kind="mask", clip=2.0)
         assert float(z) == 1.0  # exactly, at lag 0
         # top-k behaviour: an action mu cannot emit contributes nothing, not NaN
-        z = expected_weight(jnp.log(pi), jnp.log(np.array([0.0, 0.7, 0.3])), kind="truncate",
+        z = importance.expected_weight(jnp.log(pi), jnp.log(np.array([0.0, 0.7, 0.3])), kind="truncate",
                             clip=2.0)
         assert float(z) == pytest.approx(0.7 * 2 / 7 + 0.3, abs=1e-12)
 

@@ -94,6 +94,20 @@ def importance_weights(
     return double_sided_mask(rhos, clip)
 
 
+def expected_weight(
+    log_pi_all: Array, log_mu_all: Array, *, kind: WeightKind, clip: Optional[float]
+) -> Array:
+    """Z(s) = E_mu[w | s] = sum_a mu(a|s) w(s, a) / sum_a mu(a|s) (Sec 4.2) from full [.., A]
+    log-probability vectors; the centring constant of ``centered_clipped_target``.
+
+    Dividing by sum_a mu makes Z exactly 1 when w == 1 (lag 0), not 1 +- rounding.
+    """
+    checks.check_same_shape(log_pi_all=log_pi_all, log_mu_all=log_mu_all)
+    w = importance_weights(log_pi_all - log_mu_all, kind, clip)
+    mu = jnp.exp(log_mu_all)
+    return jnp.sum(mu * w, axis=-1) / jnp.sum(mu, axis=-1)
+
+
 class RatioDiagnostics(NamedTuple):
     """What the write-up (Sec 7) asks practitioners to monitor.
 

@@ -345,19 +345,9 @@ def _clipped_target(x: TargetInputs, cfg: TrainConfig) -> TargetOutput:
     return TargetOutput(y, y - x.values)
 
 
-def expected_weight(log_pi_all: Array, log_mu_all: Array, *, kind: str, clip: float) -> Array:
-    """Z(s) = E_mu[w | s] = sum_a mu(a|s) w(s, a) / sum_a mu(a|s) (§4.2) from full log-probs.
-
-    Dividing by sum_a mu makes Z exactly 1 when w == 1 (lag 0), not 1 +- rounding.
-    """
-    w = importance.importance_weights(log_pi_all - log_mu_all, kind, clip)
-    mu = jnp.exp(log_mu_all)
-    return jnp.sum(mu * w, axis=-1) / jnp.sum(mu, axis=-1)
-
-
 def _zcentered_target(x: TargetInputs, cfg: TrainConfig) -> TargetOutput:
     """Z-centred clipped target with a general baseline (§4.2); Z(s) from the logged mu."""
-    z = expected_weight(x.log_pi_all, x.log_mu_all, kind=cfg.clip_kind, clip=cfg.clip)
+    z = importance.expected_weight(x.log_pi_all, x.log_mu_all, kind=cfg.clip_kind, clip=cfg.clip)
     y = ct.centered_clipped_target(x.rewards, x.discounts, x.values, x.next_values, x.log_rhos,
                                    x.baseline, z, clip=cfg.clip, kind=cfg.clip_kind)
     return TargetOutput(y, y - x.values)
