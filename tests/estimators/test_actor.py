@@ -128,3 +128,17 @@ def test_invalid_inputs():
         actor.policy_loss(jnp.zeros(3) - 1, jnp.zeros(3) - 1, jnp.ones(2))
     with pytest.raises(ValueError, match="ppo_epsilon"):
         actor.policy_loss(jnp.zeros(3) - 1, jnp.zeros(3) - 1, jnp.ones(3), ppo_epsilon=1.5)
+
+
+def test_centering_weight_uses_the_proximal_policy_when_given():
+    with jax.enable_x64(True):
+        logits, mu, _ = setup(5)
+        log_pi_all = jax.nn.log_softmax(jnp.asarray(logits))
+        log_mu_all = jnp.log(jnp.asarray(mu))
+        old = jax.nn.log_softmax(jnp.asarray(logits) + 0.5 * jnp.asarray(np.random.default_rng(6).normal(size=(S, A))))
+        same = actor.centering_term(log_pi_all, log_mu_all, kind="truncate", clip=1.5, log_pi_old_all=log_pi_all)
+        np.testing.assert_allclose(same, actor.centering_term(log_pi_all, log_mu_all, kind="truncate", clip=1.5), atol=1e-14)
+        got = actor.centering_term(log_pi_all, log_mu_all, kind="truncate", clip=1.5, log_pi_old_all=old)
+        w_old = np.minimum(np.exp(np.asarray(old)) / mu, 1.5)
+        np.testing.assert_allclose(got, np.sum(mu * w_old * np.asarray(log_pi_all), -1), atol=1e-12)
+        assert np.max(np.abs(np.asarray(got - same))) > 1e-3

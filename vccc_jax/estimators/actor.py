@@ -99,6 +99,7 @@ def centering_term(
     *,
     kind: WeightKind = "ratio",
     clip: Optional[float] = None,
+    log_pi_old_all: Optional[Array] = None,
 ) -> Array:
     """c(s) = sum_a sg(mu(a|s) w(s, a)) log pi_theta(a|s), whose gradient is m_w(s) (§5.2).
 
@@ -106,14 +107,20 @@ def centering_term(
       log_pi_all: [..., A] current-policy log-probabilities of every action (with gradient).
       log_mu_all: [..., A] behaviour log-probabilities of every action (as sampled:
         temperature / top-k included; -inf for actions mu cannot emit).
+      log_pi_old_all: [..., A] proximal-policy log-probabilities (constants). When given, the
+        weight is w(exp(log_pi_old - log_mu)), matching :func:`policy_loss` with
+        ``log_pi_old`` (the decoupled / multi-epoch PPO case); else w uses sg(log_pi_all).
 
     Returns:
       [...] one scalar per state. For kind="ratio" with full support, mu w = pi, so
       m_w = E_pi[u] = 0 and centering is a no-op in expectation, as it should be.
     """
-    checks.check_same_shape(log_pi_all=log_pi_all, log_mu_all=log_mu_all)
+    checks.check_same_shape(
+        log_pi_all=log_pi_all, log_mu_all=log_mu_all, log_pi_old_all=log_pi_old_all
+    )
     checks.check_rank_at_least("log_pi_all", log_pi_all, 1)
-    w = importance_weights(sg(log_pi_all) - log_mu_all, kind, clip)
+    ref = sg(log_pi_all) if log_pi_old_all is None else sg(log_pi_old_all)
+    w = importance_weights(ref - log_mu_all, kind, clip)
     coeff = sg(jnp.exp(log_mu_all) * w)
     return jnp.sum(coeff * log_pi_all, axis=-1)
 

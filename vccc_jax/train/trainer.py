@@ -433,6 +433,7 @@ class _Batch(NamedTuple):
     log_mu: Array
     log_pi_old: Array
     log_mu_all: Array
+    log_pi_old_all: Array
     advantages: Array
     targets: Array
 
@@ -563,6 +564,7 @@ class Trainer:
         batch = _Batch(
             obs=flat(traj.obs), action=flat(traj.action), log_mu=flat(log_mu),
             log_pi_old=flat(log_pi_old), log_mu_all=flat(log_mu_all),
+            log_pi_old_all=flat(prep.inputs.log_pi_all),
             advantages=flat(advantages), targets=flat(targets),
         )
         learn = (state.actor_params, state.critic_params, state.actor_opt_state,
@@ -676,7 +678,8 @@ class Trainer:
             if self.centered:
                 centering = actor_lib.centering_term(
                     log_pi_all, mb_.log_mu_all, kind=self.actor_kind,
-                    clip=None if self.actor_kind == "ratio" else cfg.actor_clip)
+                    clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
+                    log_pi_old_all=mb_.log_pi_old_all)
             pg_loss = actor_lib.policy_loss(
                 log_pi, mb_.log_mu, adv, kind=self.actor_kind,
                 clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
