@@ -1,7 +1,6 @@
 """`vccc verify`: the quick run passes every row, and the machinery catches wrong estimators."""
 
 import json
-import math
 
 import jax
 import numpy as np

@@ -69,13 +69,11 @@ returns tidy rows; :func:`fig_async_ac` draws them; :func:`main` is the command 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
 import sys
 import time
-from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
 import chex

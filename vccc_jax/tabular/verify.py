@@ -548,11 +548,9 @@ def prelude(p: Problem) -> Prelude:
 
 
 def _values_section(p: Problem, pre: "Prelude") -> dict:
-    mdp, pi, mus, vbar = p.mdp, p.pi, p.mus, p.vbar
-    S, A = mdp.num_states, mdp.num_actions
-    dtype = vbar.dtype
-    mu = mus[-1]
-    t_pi, v_pi, v_mus = pre.t_pi, pre.v_pi, pre.v_mus
+    mdp, pi = p.mdp, p.pi
+    S = mdp.num_states
+    v_pi = pre.v_pi
     errs = {}
 
     errs["vpi_fixed_point"] = _maxabs(ex.bellman_operator(mdp, pi, v_pi) - v_pi)
@@ -566,8 +564,6 @@ def _values_section(p: Problem, pre: "Prelude") -> dict:
 
 def _critic_section(p: Problem, pre: "Prelude") -> dict:
     mdp, pi, mus, vbar = p.mdp, p.pi, p.mus, p.vbar
-    S, A = mdp.num_states, mdp.num_actions
-    dtype = vbar.dtype
     mu = mus[-1]
     t_pi, v_pi, v_mus = pre.t_pi, pre.v_pi, pre.v_mus
     errs = {}
@@ -626,10 +622,8 @@ def _critic_section(p: Problem, pre: "Prelude") -> dict:
 
 def _eq9_section(p: Problem, pre: "Prelude") -> dict:
     mdp, pi, mus, vbar = p.mdp, p.pi, p.mus, p.vbar
-    S, A = mdp.num_states, mdp.num_actions
     dtype = vbar.dtype
-    mu = mus[-1]
-    t_pi, v_pi, v_mus = pre.t_pi, pre.v_pi, pre.v_mus
+    v_pi, v_mus = pre.v_pi, pre.v_mus
     errs = {}
 
     # Eq 9: b* minimises Var(Y_b) (against a grid) and is orthogonal: E[(rho-1) Y_b*] = 0.
@@ -660,10 +654,9 @@ def _eq9_section(p: Problem, pre: "Prelude") -> dict:
 
 def _clipped_section(p: Problem, pre: "Prelude") -> dict:
     mdp, pi, mus, vbar = p.mdp, p.pi, p.mus, p.vbar
-    S, A = mdp.num_states, mdp.num_actions
+    S = mdp.num_states
     dtype = vbar.dtype
     mu = mus[-1]
-    t_pi, v_pi, v_mus = pre.t_pi, pre.v_pi, pre.v_mus
     errs = {}
 
     # Clipped fixed points (Eq 10): solve the fixed point of the library target's expected
@@ -724,10 +717,8 @@ def _clipped_section(p: Problem, pre: "Prelude") -> dict:
 
 def _vtrace_section(p: Problem, pre: "Prelude") -> dict:
     mdp, pi, mus, vbar = p.mdp, p.pi, p.mus, p.vbar
-    S, A = mdp.num_states, mdp.num_actions
     dtype = vbar.dtype
-    mu = mus[-1]
-    t_pi, v_pi, v_mus = pre.t_pi, pre.v_pi, pre.v_mus
+    v_pi = pre.v_pi
     errs = {}
 
     # Eq 11 reductions of the expected V-trace operator.
@@ -753,9 +744,8 @@ def _vtrace_section(p: Problem, pre: "Prelude") -> dict:
 def _actor_section(p: Problem, pre: "Prelude") -> dict:
     mdp, pi, mus, vbar = p.mdp, p.pi, p.mus, p.vbar
     S, A = mdp.num_states, mdp.num_actions
-    dtype = vbar.dtype
     mu = mus[-1]
-    t_pi, v_pi, v_mus = pre.t_pi, pre.v_pi, pre.v_mus
+    v_pi, v_mus = pre.v_pi, pre.v_mus
     errs = {}
 
     # Actor side (softmax pi = softmax(logits / T), tabular logits).
