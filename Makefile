@@ -1,11 +1,11 @@
 # Bootstrap a local .venv from nothing and run things inside it.
-# `make test` runs the whole suite; `make sweep` runs the main job.
+# `make test` runs ruff then the whole suite; `make sweep` runs the main job.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test sweep verify bench clean
+.PHONY: venv lint test sweep verify bench figures clean
 
 venv: $(STAMP)
 
@@ -15,7 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) lint
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 sweep: $(STAMP)
@@ -23,6 +26,9 @@ sweep: $(STAMP)
 
 verify: $(STAMP)
 	$(VENV)/bin/vccc verify
+
+figures: $(STAMP)
+	$(VENV)/bin/vccc figures --results results --out figures --gallery docs/figures
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'

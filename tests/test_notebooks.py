@@ -1,45 +1,58 @@
-"""Execute every notebook headless against a small result store made here, so a notebook
-that no longer runs fails CI. Notebooks read the store path from VCCC_RESULTS and write
-figures to VCCC_FIGURES."""
+"""Every notebook (jupytext percent script in notebooks/) runs headless on the tiny committed
+result set in tests/data/results, through the same path as `vccc figures` (papermill
+parameters, nbclient), sharing one kernel; each writes its PNG + PDF figures."""
 
-import os
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
-from vccc_jax.sweeps import grid
-from vccc_jax.sweeps.run import run_sweep
+from vccc_jax.commands import figures
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+DATA = ROOT / "tests" / "data" / "results"
+NOTEBOOKS = figures.notebooks()
+# figures each notebook must write from tests/data/results (name prefixes)
+EXPECTED = {
+    "bandit": ["bandit_variance"],
+    "bellman_covariance": ["bellman_covariance"],
+    "tabular_staleness": ["tabular_smoke_garnet_error_vs_lag", "tabular_smoke_garnet_trained_curves"],
+    "clipping": ["tabular_smoke_garnet_clip_heatmap", "tabular_smoke_garnet_variance_vs_clip",
+                 "tabular_smoke_garnet_bias_variance"],
+    "vtrace_tradeoffs": ["vtrace_tradeoffs"],
+    "async_actor_critic": ["async_ac_tiny_expected_truncate"],
+    "neural_lag": ["train_tiny_CartPole-v1_lag_curves", "train_tiny_CartPole-v1_paired_return"],
+    "scaling": ["scaling_scale_cpu_fake8"],
+    "comparators": ["brace_lag_fixed", "brace_lag_geometric", "brace_n_lag", "decoupled_routes",
+                    "ps_ppo"],  # tests/data/results/comparators/
+}
 
 
 @pytest.fixture(scope="module")
-def smoke_store(tmp_path_factory):
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    cfg = grid.load_config(ROOT / "experiments" / "tabular_smoke.toml")
-    path, _ = run_sweep(cfg, base / "smoke_results", progress=False, wait_for_lock=True)
-    return path
+def kernel():
+    km = figures.start_kernel()
+    yield km
+    km.shutdown_kernel(now=True)
 
 
-def test_there_are_notebooks():
-    assert any(p.name == "tabular_staleness.ipynb" for p in NOTEBOOKS)
+def test_every_notebook_is_listed_and_paired_as_percent_script():
+    assert sorted(p.stem for p in NOTEBOOKS) == sorted(EXPECTED)
+    for p in NOTEBOOKS:
+        text = p.read_text()
+        assert "format_name: percent" in text and '# %% tags=["parameters"]' in text
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_headless(path, smoke_store, tmp_path, monkeypatch):
-    monkeypatch.setenv("VCCC_RESULTS", str(smoke_store))
-    monkeypatch.setenv("VCCC_FIGURES", str(tmp_path / "figures"))
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=180, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    pngs = sorted((tmp_path / "figures").glob("*.png"))
-    assert len(pngs) >= 5 and len(list((tmp_path / "figures").glob("*.pdf"))) == len(pngs)
-    # Every figure cell displayed an image.
-    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if "image/png" in o.get("data", {})]
-    assert len(images) >= 5
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_on_tiny_results(path, kernel, tmp_path):
+    out, gallery = tmp_path / "figures", tmp_path / "gallery"
+    figures.run_notebooks(DATA, out, gallery, names=[path.stem], km=kernel,
+                          write_examples=False, log=lambda *_: None)
+    for name in EXPECTED[path.stem]:
+        png, pdf, small = out / f"{name}.png", out / f"{name}.pdf", gallery / f"{name}.png"
+        assert png.read_bytes()[:4] == b"\x89PNG" and pdf.read_bytes()[:4] == b"%PDF", name
+        assert small.stat().st_size < 200_000, f"gallery PNG {name} over 200 KB"
+
+
+def test_figures_command_rejects_unknown_notebook_and_missing_results(tmp_path, capsys):
+    assert figures.main(["--results", str(tmp_path / "none")]) == 2
+    assert figures.main(["--results", str(DATA), "--only", "nope"]) == 2
+    assert "unknown notebook" in capsys.readouterr().err

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from toy_envs import StopOrGo
+
 from vccc_jax.envs import ground_truth as gt_lib
 from vccc_jax.envs import rollout as rollout_lib
 

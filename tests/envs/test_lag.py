@@ -9,7 +9,6 @@ from scipy import stats
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs.lag import LagLaw
 
-
 # -- parsing ---------------------------------------------------------------------------
 
 

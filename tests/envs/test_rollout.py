@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from toy_envs import LegacyStopOrGo, StopOrGo
+
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.train.networks import Actor

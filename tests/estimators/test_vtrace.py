@@ -6,16 +6,20 @@ return, GAE, episodes run separately, n_steps = 1) are each written from their o
 form, not from the recursion the library uses.
 """
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from vccc_jax.estimators import vtrace as vt
 from vccc_jax.estimators.importance import MAX_LOG_RHO
 
+# the module (``from vccc_jax.estimators import vtrace`` is the function)
+vt = importlib.import_module("vccc_jax.estimators.vtrace")
 
 
 def _inplace(**kwargs):

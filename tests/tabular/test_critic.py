@@ -16,11 +16,13 @@ import numpy as np
 import pytest
 
 from vccc_jax.tabular import critic as C
-from vccc_jax.tabular import exact, history as H
+from vccc_jax.tabular import exact
+from vccc_jax.tabular import history as H
 from vccc_jax.tabular import mdp as M
+from vccc_jax.tabular.critic_sgd import CriticSGDConfig
 
 N_MDPS, S, A, V = 3, 5, 3, 9
-NO_TRAIN = C.TrainConfig(enabled=False)
+NO_TRAIN = CriticSGDConfig(enabled=False)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -262,7 +264,7 @@ def test_weight_diagnostics_are_population_ess_and_clip_rates(setting):
 
 # ----------------------------------------------------------------------- training
 
-TRAIN = C.TrainConfig(num_updates=800, batch_size=32, learning_rate=0.5, lr_decay=50.0,
+TRAIN = CriticSGDConfig(num_updates=800, batch_size=32, learning_rate=0.5, lr_decay=50.0,
                       num_checkpoints=8)
 
 
@@ -282,7 +284,7 @@ def test_trained_critic_approaches_the_fixed_point(setting):
 
 
 def test_polyak_target_network_also_converges(setting):
-    cfg = C.TrainConfig(num_updates=800, batch_size=32, learning_rate=0.5, lr_decay=50.0,
+    cfg = CriticSGDConfig(num_updates=800, batch_size=32, learning_rate=0.5, lr_decay=50.0,
                         polyak=0.3, num_checkpoints=8)
     out = evaluate(setting, "vccc", [("geometric", 2, 0.0)], cfg)
     assert np.all(out["tc_err_rms"] < 0.1 * out["tc_curve_rms"][..., 0])
@@ -297,7 +299,7 @@ def test_register_method_adds_a_comparator_to_the_same_interface(setting):
     spec = C.MethodSpec(
         name="test_vccc_b0", description="VCCC with b = 0", weight_kind="ratio",
         uses_clip=False,
-        one_step=lambda x, clip, o: ct.vccc_target(
+        one_step=lambda x, e, clip, o: ct.vccc_target(
             x.rewards, x.discounts, x.values, x.next_values, x.log_rhos,
             baseline=jnp.zeros_like(x.values)),
     )
@@ -316,10 +318,10 @@ def test_register_method_adds_a_comparator_to_the_same_interface(setting):
 
 def test_train_config_errors():
     with pytest.raises(ValueError, match="num_updates"):
-        C.TrainConfig(num_updates=0)
+        CriticSGDConfig(num_updates=0)
     with pytest.raises(ValueError, match="polyak"):
-        C.TrainConfig(polyak=0.0)
-    assert C.TrainConfig(num_updates=100, num_checkpoints=5).checkpoints().tolist() == [1, 3, 10, 32, 100]
+        CriticSGDConfig(polyak=0.0)
+    assert CriticSGDConfig(num_updates=100, num_checkpoints=5).checkpoints().tolist() == [1, 3, 10, 32, 100]
 
 
 @pytest.mark.parametrize("n, lam, clip", [(2, 0.9, 1.5), (3, 1.0, np.inf)])
@@ -355,7 +357,7 @@ def test_method_bank_gives_the_same_numbers_as_each_method(setting):
     names = ("truncated", "masked", "centered_baseline")
     specs = tuple(C.METHODS[m] for m in names)
     opts = tuple(s.options() for s in specs)
-    cfg = C.TrainConfig(num_updates=50, batch_size=8, num_checkpoints=3)
+    cfg = CriticSGDConfig(num_updates=50, batch_size=8, num_checkpoints=3)
     xs = cell_inputs(setting, [("geometric", 2, 1.5), ("fixed", 3, 4.0)])
     bank = jax.jit(lambda i, xs: jax.vmap(
         lambda x: C.evaluate(C.resolve_bank(specs, opts, i), None, cfg, x))(xs),

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vccc_jax.tabular import exact, history as H
+from vccc_jax.tabular import exact
+from vccc_jax.tabular import history as H
 from vccc_jax.tabular import mdp as M
 from vccc_jax.tabular.policies import softmax_policy
 
@@ -105,7 +106,8 @@ def test_npg_step_is_theta_plus_eta_advantage(mdps):
         # PG step: finite-difference check of the exact gradient of init . V^pi.
         J = lambda t: float(m.init @ exact.policy_value(m, softmax_policy(t)))  # noqa: E731
         g = (H.pg_step(m, th, 1.0) - th)
-        e = np.zeros((5, 3)); e[2, 1] = 1e-6
+        e = np.zeros((5, 3))
+        e[2, 1] = 1e-6
         fd = (J(th + e) - J(th - e)) / 2e-6
         assert float(g[2, 1]) == pytest.approx(fd, rel=1e-6)
 

@@ -14,15 +14,14 @@ import pytest
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.estimators import importance
 from vccc_jax.train import checkpoint
-from vccc_jax.train.trainer import (
+from vccc_jax.train.config import TrainConfig, parse_actor
+from vccc_jax.train.targets import (
     CRITIC_TARGETS,
     TargetInputs,
     TargetOutput,
-    TrainConfig,
-    Trainer,
-    parse_actor,
     register_critic_target,
 )
+from vccc_jax.train.trainer import Trainer
 
 UPDATES = 24
 # PureJaxRL CartPole shapes (4 envs x 128 steps, 4 x 4 minibatches), UPDATES updates, with
@@ -103,9 +102,9 @@ def _lag0_trajectory():
 
 @pytest.mark.parametrize("critic,reference,baseline", [
     ("vccc", "vccc", "value"), ("vccc", "vccc", "zero"),
-    ("clipped", "vccc", "value"),
-    ("zcentered", "vccc", "value"), ("zcentered", "vccc", "zero"),
-    ("naive-clipped", "td", "value"), ("naive-clipped", "td", "zero"),
+    ("truncated", "vccc", "value"), ("masked", "vccc", "value"),
+    ("centered_baseline", "vccc", "value"), ("centered_baseline", "vccc", "zero"),
+    ("naive_baseline", "uncorrected", "value"), ("naive_baseline", "uncorrected", "zero"),
     ("vtrace", "vtrace", "value"),
 ])
 def test_lag0_every_target_equals_its_on_policy_form(critic, reference, baseline):
@@ -118,7 +117,7 @@ def test_lag0_every_target_equals_its_on_policy_form(critic, reference, baseline
     ref = RING0.replace(critic=reference, baseline=baseline, advantage="target", correct=False)
     a = _prepare(cfg)(traj, state.critic_params)
     b = _prepare(ref)(traj, state.critic_params)
-    assert np.all(np.asarray(a.inputs.log_rhos) == 0.0)
+    assert np.all(np.asarray(a.inputs.transitions.log_rhos) == 0.0)
     np.testing.assert_array_equal(a.targets, b.targets)
     np.testing.assert_array_equal(a.advantages, b.advantages)
     np.testing.assert_array_equal(a.log_mu, b.log_mu)
@@ -227,7 +226,7 @@ def _toy_traj(trainer: Trainer, key):
         episode_done=terminated | truncated)
 
 
-@pytest.mark.parametrize("critic", ["td", "vccc", "gae", "vtrace"])
+@pytest.mark.parametrize("critic", ["uncorrected", "vccc", "gae", "vtrace"])
 def test_truncation_bootstraps_and_termination_does_not(critic):
     cfg = RING0.replace(critic=critic)
     tr = Trainer(cfg)
@@ -237,7 +236,7 @@ def test_truncation_bootstraps_and_termination_does_not(critic):
     prep = _prepare(cfg)(traj, params)
     v = lambda o: tr.critic_values(params, o)  # noqa: E731
     g, lam = cfg.gamma, cfg.gae_lambda
-    x = prep.inputs
+    x = prep.inputs.transitions
     np.testing.assert_allclose(x.discounts, np.where(traj.terminated, 0.0, g))
     np.testing.assert_allclose(x.next_values[1, 0], v(traj.final_obs[1, 0]), rtol=1e-6)
     y = np.asarray(prep.targets)
@@ -261,15 +260,16 @@ def test_truncation_bootstraps_and_termination_does_not(critic):
 
 def test_registry_accepts_comparators_with_the_shared_signature():
     def half_td(x: TargetInputs, cfg: TrainConfig) -> TargetOutput:
-        y = x.rewards + x.discounts * x.next_values * 0.5
-        return TargetOutput(y, y - x.values)
+        t = x.transitions
+        y = t.rewards + t.discounts * t.next_values * 0.5
+        return TargetOutput(y, y - t.values)
 
     register_critic_target("test-half-td", half_td, overwrite=True)
     try:
         tr = Trainer(RING0.replace(critic="test-half-td"))
         params = tr.critic_net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
         prep = tr.prepare(_toy_traj(tr, jax.random.PRNGKey(1)), params)
-        x = prep.inputs
+        x = prep.inputs.transitions
         np.testing.assert_allclose(prep.targets, x.rewards + 0.5 * x.discounts * x.next_values)
         with pytest.raises(ValueError, match="already registered"):
             register_critic_target("test-half-td", half_td)

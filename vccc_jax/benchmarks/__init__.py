@@ -1,22 +1,9 @@
-"""``vccc bench NAME``: speed measured against a reference in the same process.
+"""Benchmarks behind ``vccc bench NAME`` (layer 5): speed measured against a reference in the
+same process. Each module returns rows and formatted strings; the flags and the printing are
+:mod:`vccc_jax.commands.bench`'s. None of this runs in the tests.
 
-Each benchmark module prints its own table of ratios; none of this runs in the tests.
+  estimators   V-trace throughput against rlax and a memory-bandwidth ceiling
+  tabular      exact V^pi for batches of MDPs against NumPy
+  train        the full trainer (lagged VCCC) against a PureJaxRL-style PPO
+  scale        the sharded trainer at 1, 2, 4, 8 ... devices (issue 10)
 """
-
-from __future__ import annotations
-
-import importlib
-import sys
-
-BENCHMARKS = {
-    "estimators": "vccc_jax.benchmarks.estimators",
-    "tabular": "vccc_jax.benchmarks.tabular",
-    "train": "vccc_jax.benchmarks.train",
-}
-
-
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in BENCHMARKS:
-        print(f"usage: vccc bench {{{'|'.join(BENCHMARKS)}}} [ARGS]", file=sys.stderr)
-        return 2
-    return int(importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:]) or 0)

@@ -25,23 +25,22 @@ ready; functions are timed round-robin (so background load hits all alike) and t
 of ``--reps`` repetitions is reported. Donated inputs are re-made before each timed call,
 outside the timer.
 
-Run: ``vccc bench estimators [--quick] [--reps N] [--sizes T,B T,B ...]``
-(or ``python -m vccc_jax.benchmarks.estimators``).
+Run: ``vccc bench estimators [--quick] [--reps N] [--sizes T,B T,B ...]`` (flags and printing
+live in :mod:`vccc_jax.commands.bench`; this module returns rows and strings only).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
-import sys
 import time
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vccc_jax.estimators import vtrace as vt
+from vccc_jax.estimators.vtrace import vtrace, vtrace_associative, vtrace_inplace
 
 FULL_SIZES = ((128, 4096), (1024, 4096), (32, 65536), (512, 65536))
 QUICK_SIZES = ((128, 1024), (64, 16384))
@@ -64,7 +63,8 @@ def make_inputs(num_t: int, batch: int, seed: int = 0):
     return tuple(jnp.asarray(x) for x in (log_rhos, discounts, rewards, values, bootstrap))
 
 
-def _rlax():
+def load_rlax():
+    """The optional reference library ``rlax``, or None when it is not installed."""
     try:
         import rlax  # noqa: PLC0415  (optional dependency: pip install vccc_jax[bench])
 
@@ -76,11 +76,11 @@ def _rlax():
 def build_functions(rlax):
     """name -> (jitted fn, layout, donates). Layout 'tm' = [T, B] inputs, 'bm' = [B, T]."""
     fns = {
-        "ours": (jax.jit(vt.vtrace), "tm", False),
+        "ours": (jax.jit(vtrace), "tm", False),
         # Inside a jit (as in a training step) the arrays are tracers, so the API-boundary
         # value checks are skipped; donation is then the outer jit's, as a user would write.
-        "inplace": (jax.jit(vt.vtrace_inplace, donate_argnums=(0, 2)), "tm", True),
-        "assoc": (jax.jit(vt.vtrace_associative), "tm", False),
+        "inplace": (jax.jit(vtrace_inplace, donate_argnums=(0, 2)), "tm", True),
+        "assoc": (jax.jit(vtrace_associative), "tm", False),
     }
     if rlax is not None:
 
@@ -129,6 +129,7 @@ def _check_agreement(fns, tm_args, bm_args):
 
 
 def bench_size(fns, num_t: int, batch: int, reps: int) -> dict:
+    """Million transitions/s of every function at one (T, B): ``{name: M/s}``."""
     tm_args = make_inputs(num_t, batch)
     bm_args = None
     if any(layout == "bm" for _, layout, _ in fns.values()):
@@ -155,15 +156,54 @@ def bench_size(fns, num_t: int, batch: int, reps: int) -> dict:
     return {name: num_t * batch / float(np.median(ts)) / 1e6 for name, ts in times.items()}
 
 
-def _fmt_table(rows, names, ceiling_mts):
+def settings(quick: bool = False, reps: Optional[int] = None,
+             sizes: Optional[Sequence[tuple]] = None, ceiling_mib: Optional[int] = None):
+    """(sizes, reps, ceiling MiB) with the defaults of the quick / full runs filled in."""
+    sizes = tuple(tuple(s) for s in sizes) if sizes else (QUICK_SIZES if quick else FULL_SIZES)
+    reps = reps or (5 if quick else 9)
+    ceiling_mib = ceiling_mib or (64 if quick else 512)
+    return sizes, reps, ceiling_mib
+
+
+def header(reps: int, have_rlax: bool) -> str:
+    """The lines printed before any measurement (platform, load average at start)."""
+    lines = [f"V-trace throughput, million transitions/s (median of {reps}); "
+             f"jax {jax.__version__} on {jax.devices()[0].platform} "
+             f"({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
+             f"{os.getloadavg()[0]:.1f} at start)"]
+    if not have_rlax:
+        lines.append("rlax is not installed (pip install 'vccc_jax[bench]'): reference columns skipped")
+    return "\n".join(lines)
+
+
+def ceiling_line(ceiling: float, ceiling_mib: int) -> str:
+    return (f"bandwidth ceiling (in-place donated update of {ceiling_mib} MiB): "
+            f"{ceiling / 1e9:.1f} GB/s = {ceiling / BYTES_PER_TRANSITION / 1e6:.0f} M transitions/s at "
+            f"{BYTES_PER_TRANSITION} B/transition")
+
+
+def run_sizes(fns, sizes: Sequence[tuple], reps: int,
+              progress: Optional[Callable[[str], None]] = None) -> list[dict]:
+    """One row per (T, B): ``{"T", "B", name: M transitions/s for every function}``.
+    ``progress`` (if given) receives a line after each size."""
+    rows = []
+    for num_t, batch in sizes:
+        rows.append({"T": num_t, "B": batch, **bench_size(fns, num_t, batch, reps)})
+        if progress is not None:
+            progress(f"  done T={num_t} B={batch}")
+    return rows
+
+
+def format_table(rows: Sequence[dict], names: Sequence[str], ceiling_mts: float) -> str:
+    """Throughputs, ratios to rlax and fractions of the bandwidth ceiling, right-aligned."""
     head = ["T", "B"] + [f"{n} M/s" for n in names]
     have_rlax = "rlax-BM" in names
     if have_rlax:
         head += ["ours/BM", "ours/TM", "inpl/BM", "inpl/TM"]
     head += ["ours %ceil", "inpl %ceil"]
     lines = []
-    for (num_t, batch), r in rows:
-        cells = [str(num_t), str(batch)] + [f"{r[n]:.0f}" for n in names]
+    for r in rows:
+        cells = [str(r["T"]), str(r["B"])] + [f"{r[n]:.0f}" for n in names]
         if have_rlax:
             cells += [f"{r['ours'] / r['rlax-BM']:.2f}x", f"{r['ours'] / r['rlax-TM']:.2f}x",
                       f"{r['inplace'] / r['rlax-BM']:.2f}x", f"{r['inplace'] / r['rlax-TM']:.2f}x"]
@@ -175,56 +215,17 @@ def _fmt_table(rows, names, ceiling_mts):
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="vccc bench estimators", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help=f"small sizes {QUICK_SIZES}")
-    parser.add_argument("--reps", type=int, default=None, help="timed repetitions (median)")
-    parser.add_argument("--sizes", nargs="+", default=None, metavar="T,B",
-                        help="override the (T, B) list, e.g. --sizes 128,4096 512,65536")
-    parser.add_argument("--ceiling-mib", type=int, default=None,
-                        help="buffer size of the bandwidth ceiling measurement (MiB)")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-
-    if args.sizes:
-        sizes = tuple(tuple(int(v) for v in s.split(",")) for s in args.sizes)
-    else:
-        sizes = QUICK_SIZES if args.quick else FULL_SIZES
-    reps = args.reps or (5 if args.quick else 9)
-    ceiling_mib = args.ceiling_mib or (64 if args.quick else 512)
-
-    rlax = _rlax()
-    fns = build_functions(rlax)
-    names = list(fns)
-    print(f"V-trace throughput, million transitions/s (median of {reps}); "
-          f"jax {jax.__version__} on {jax.devices()[0].platform} "
-          f"({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.1f} at start)")
-    if rlax is None:
-        print("rlax is not installed (pip install 'vccc_jax[bench]'): reference columns skipped")
-    ceiling = measure_ceiling(ceiling_mib * 2**20, reps=max(reps, 5))
-    ceiling_mts = ceiling / BYTES_PER_TRANSITION / 1e6
-    print(f"bandwidth ceiling (in-place donated update of {ceiling_mib} MiB): "
-          f"{ceiling / 1e9:.1f} GB/s = {ceiling_mts:.0f} M transitions/s at "
-          f"{BYTES_PER_TRANSITION} B/transition")
-    rows = []
-    for num_t, batch in sizes:
-        rows.append(((num_t, batch), bench_size(fns, num_t, batch, reps)))
-        print(f"  done T={num_t} B={batch}", flush=True)
-    print(_fmt_table(rows, names, ceiling_mts))
-    print(f"load average at end: {os.getloadavg()[0]:.1f} (other processes share the CPUs)")
-
-    by_size = dict(rows)
-    if rlax is not None and (128, 4096) in by_size:
+def footer(rows: Sequence[dict], ceiling_mts: float, have_rlax: bool) -> str:
+    """Load average at the end and the issue's targets, for the sizes that were run."""
+    lines = [f"load average at end: {os.getloadavg()[0]:.1f} (other processes share the CPUs)"]
+    by_size = {(r["T"], r["B"]): r for r in rows}
+    if have_rlax and (128, 4096) in by_size:
         r = by_size[(128, 4096)]
-        print(f"target ours >= {TARGET_VS_RLAX_BM}x rlax-BM at (128, 4096): "
-              f"{r['ours'] / r['rlax-BM']:.2f}x; >= {TARGET_VS_RLAX_TM}x rlax-TM: "
-              f"{r['ours'] / r['rlax-TM']:.2f}x")
+        lines.append(f"target ours >= {TARGET_VS_RLAX_BM}x rlax-BM at (128, 4096): "
+                     f"{r['ours'] / r['rlax-BM']:.2f}x; >= {TARGET_VS_RLAX_TM}x rlax-TM: "
+                     f"{r['ours'] / r['rlax-TM']:.2f}x")
     if (512, 65536) in by_size:
         r = by_size[(512, 65536)]
-        print(f"target >= {TARGET_CEILING_FRACTION:.0%} of the ceiling at (512, 65536): "
-              f"ours {r['ours'] / ceiling_mts:.0%}, inplace {r['inplace'] / ceiling_mts:.0%}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        lines.append(f"target >= {TARGET_CEILING_FRACTION:.0%} of the ceiling at (512, 65536): "
+                     f"ours {r['ours'] / ceiling_mts:.0%}, inplace {r['inplace'] / ceiling_mts:.0%}")
+    return "\n".join(lines)

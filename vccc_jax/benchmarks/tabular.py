@@ -16,15 +16,15 @@ All JAX variants run in float32 (exactness is not the point here; the error agai
 float64 NumPy solve is printed). Construction of P_pi and r_pi is included in every
 timing; inputs are already on the device / in memory. Each entry is the best of several
 repeats after a warm-up (compile time is reported separately). Other processes share the
-CPU: the load average is printed next to the table.
+CPU: the load average is printed next to the table. Flags and printing live in
+:mod:`vccc_jax.commands.bench` (``vccc bench tabular``); this module returns rows and strings.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +34,7 @@ from vccc_jax.tabular import exact
 from vccc_jax.tabular.mdp import TabularMDP
 
 SIZES = ((1024, 20, 4), (256, 100, 4), (16, 500, 8))
+SMALL_SIZES = ((64, 10, 3), (8, 40, 3))  # --small: a smoke test
 GAMMA = 0.9
 
 
@@ -120,25 +121,18 @@ def format_rows(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="vccc bench tabular", description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timing round")
-    parser.add_argument("--small", action="store_true", help="tiny sizes (smoke test)")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    sizes = ((64, 10, 3), (8, 40, 3)) if args.small else SIZES
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"exact V^pi throughput; gamma={GAMMA}; float32 JAX vs NumPy {np.__version__}; "
-          f"jax {jax.__version__} on {jax.devices()[0].platform}; cpus={os.cpu_count()}; "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'default')}; load avg {load:.1f} (before)")
-    rows = run(sizes, repeats=args.repeats, min_time=args.min_time)
-    print(format_rows(rows))
-    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"load avg {load_after:.1f} (after); other processes share this CPU, so ratios are noisy")
-    return 0
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
-if __name__ == "__main__":
-    import sys
+def header() -> str:
+    """The line printed before the measurements (versions, threads, load average before)."""
+    return (f"exact V^pi throughput; gamma={GAMMA}; float32 JAX vs NumPy {np.__version__}; "
+            f"jax {jax.__version__} on {jax.devices()[0].platform}; cpus={os.cpu_count()}; "
+            f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'default')}; "
+            f"load avg {_load():.1f} (before)")
 
-    sys.exit(main())
+
+def footer() -> str:
+    """The line printed after the table (load average after)."""
+    return f"load avg {_load():.1f} (after); other processes share this CPU, so ratios are noisy"

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from vccc_jax.envs import lag as lag_lib
+from vccc_jax.envs import samplers
 
 Array = chex.Array
 ApplyFn = Callable[[Any, Array], Array]  # (params, obs) -> logits [..., A]
@@ -75,11 +76,18 @@ def _select(pred: Array, on_true: Any, on_false: Any) -> Any:
 
 
 def env_step(env, key: Array, state: Any, action: Array, params: Any):
+    """:func:`env_step_info` without the info dict: ``(obs, state, reward, terminated,
+    truncated, final_obs)``."""
+    return env_step_info(env, key, state, action, params)[:6]
+
+
+def env_step_info(env, key: Array, state: Any, action: Array, params: Any):
     """One auto-resetting step of a single gymnax env with termination and truncation apart.
 
-    Returns ``(obs, state, reward, terminated, truncated, final_obs)``: ``obs``/``state``
+    Returns ``(obs, state, reward, terminated, truncated, final_obs, info)``: ``obs``/``state``
     are post-reset when the episode ended; ``final_obs`` is the observation reached before
-    the reset; ``truncated`` is True only for a time-limit cut that did not terminate.
+    the reset; ``truncated`` is True only for a time-limit cut that did not terminate;
+    ``info`` the env's info dict (empty for the legacy API).
     """
     out = env.step(key, state, action, params)
     if len(out) == 6:  # gymnax >= 1.0: terminated / truncated apart, final_observation kept
@@ -87,7 +95,8 @@ def env_step(env, key: Array, state: Any, action: Array, params: Any):
         final_obs = info.get("final_observation", obs)
         terminated = jnp.asarray(terminated, bool)
         truncated = jnp.logical_and(jnp.asarray(truncated, bool), ~terminated)
-        return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, final_obs
+        return (obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated,
+                final_obs, info)
     # Legacy gymnax: `done` merges both; redo the step without the reset and read the
     # step counter to tell a time-limit cut from a terminal state.
     key_step, key_reset = jax.random.split(key)
@@ -101,7 +110,7 @@ def env_step(env, key: Array, state: Any, action: Array, params: Any):
     terminated = jnp.logical_and(done, ~time_up)
     new_state = _select(done, state_re, state_st)
     obs = _select(done, obs_re, obs_st)
-    return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, obs_st
+    return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, obs_st, {}
 
 
 @struct.dataclass
@@ -145,9 +154,16 @@ class Trajectory:
     episode_length: Array
     episode_done: Array
     env_state: Any = None
+    discount: Any = None  # [T, B] the env's own per-step discount (info["discount"]) or None
+    is_action: Any = None  # [T, B] bool: a policy action (False: env tool step) or None
+    log_b_all: Any = None  # [T, B, A] training-side log-probs of the behaviour version or None
 
     def discounts(self, gamma: float) -> Array:
-        """gamma * (1 - terminated): 0 only when s_{t+1} is terminal (truncation keeps it)."""
+        """gamma * (1 - terminated): 0 only when s_{t+1} is terminal (truncation keeps it).
+        When the rollout recorded the env's own discounts (``env_discounts=True``, e.g. the
+        token env: ``tool_discount`` after a tool step) those are returned instead."""
+        if self.discount is not None:
+            return self.discount.astype(self.reward.dtype)
         return gamma * (1.0 - self.terminated.astype(self.reward.dtype))
 
 
@@ -188,6 +204,9 @@ def rollout(
     temperature: float = 1.0,
     top_k: int = 0,
     record_states: bool = False,
+    sampler: Optional[samplers.SamplerSpec] = None,
+    env_discounts: bool = False,
+    record_behaviour_log_probs: bool = False,
 ) -> tuple[EnvCarry, Trajectory]:
     """Run ``num_steps`` steps of every env in ``carry``; returns (new carry, Trajectory).
 
@@ -204,6 +223,18 @@ def rollout(
       switch_every, switch_stride: mid-rollout switches (see :func:`lag.switch_lags`).
       temperature, top_k: the sampling distribution (static; see :func:`sampling_log_probs`).
       record_states: also return the env state at every s_t (for ground truth).
+      sampler: a :class:`~vccc_jax.envs.samplers.SamplerSpec` (static); replaces
+        ``temperature`` / ``top_k``: actions come from ``samplers.sample`` and log mu is the
+        log-prob of the distribution actually sampled from (mismatch, top-p, greedy included).
+      env_discounts: record ``info["discount"]`` (the env's own per-step discount under its
+        task convention) as ``Trajectory.discount``; the env must provide it.
+      record_behaviour_log_probs: also record ``Trajectory.log_b_all`` = log_softmax of the
+        behaviour version's logits (the training-side log-probs of that version, before the
+        sampler's temperature / top-k / mismatch), for the decoupled ``pi_old_route="exact"``.
+
+    Envs whose info has ``"is_action"`` (the token env) get ``Trajectory.is_action``; on a
+    non-action (tool) step the behaviour row is replaced by pi_k's (log mu := log pi_k), so
+    the log-ratio is exactly 0 and every correction reduces to its uncorrected form there.
     """
     num_envs = carry.obs.shape[0]
     versioned = isinstance(actor, lag_lib.VersionBuffer)
@@ -214,7 +245,7 @@ def rollout(
         lags = lag_lib.cap_lags(jnp.asarray(lags, jnp.int32), lag_lib.available(actor))
         if switch_every <= 0:  # versions fixed for the rollout: gather once, outside the loop
             fixed_params = _versions_and_head(actor, lags)
-    step_env = jax.vmap(env_step, in_axes=(None, 0, 0, 0, None))
+    step_env = jax.vmap(env_step_info, in_axes=(None, 0, 0, 0, None))
 
     def one_step(state: EnvCarry, xs):
         t, step_key = xs
@@ -231,12 +262,28 @@ def rollout(
             lag_t = jnp.zeros((num_envs,), jnp.int32)
             version = lag_t
         log_pi_all = jax.nn.log_softmax(logits_pi, axis=-1)
-        log_mu_all = sampling_log_probs(logits_mu, temperature, top_k)
-        action = jax.random.categorical(k_act, log_mu_all, axis=-1).astype(jnp.int32)
-        log_mu = jnp.take_along_axis(log_mu_all, action[:, None], axis=-1)[:, 0]
-        obs, env_state, reward, terminated, truncated, final_obs = step_env(
+        log_b_all = (jax.nn.log_softmax(logits_mu, axis=-1) if record_behaviour_log_probs
+                     else None)
+        if sampler is None:
+            log_mu_all = sampling_log_probs(logits_mu, temperature, top_k)
+            action = jax.random.categorical(k_act, log_mu_all, axis=-1).astype(jnp.int32)
+            log_mu = jnp.take_along_axis(log_mu_all, action[:, None], axis=-1)[:, 0]
+        else:
+            drawn = samplers.sample(k_act, logits_mu, sampler)
+            action, log_mu, log_mu_all = drawn.token, drawn.log_prob, drawn.log_probs
+        obs, env_state, reward, terminated, truncated, final_obs, info = step_env(
             env, jax.random.split(k_env, num_envs), state.env_state, action, env_params
         )
+        is_action = info.get("is_action")
+        if is_action is not None:  # tool steps: no behaviour ratio (log rho := 0)
+            is_action = jnp.asarray(is_action, bool)
+            log_mu_all = jnp.where(is_action[:, None], log_mu_all, log_pi_all)
+            log_mu = jnp.take_along_axis(log_mu_all, action[:, None], axis=-1)[:, 0]
+        discount = None
+        if env_discounts:
+            if "discount" not in info:
+                raise ValueError("env_discounts=True but the env's info has no 'discount'")
+            discount = jnp.asarray(info["discount"], jnp.float32)
         done = terminated | truncated
         ep_return = state.episode_return + reward
         ep_length = state.episode_length + 1
@@ -256,6 +303,9 @@ def rollout(
             episode_length=jnp.where(done, ep_length, 0),
             episode_done=done,
             env_state=state.env_state if record_states else None,
+            discount=discount,
+            is_action=is_action,
+            log_b_all=log_b_all,
         )
         new_state = EnvCarry(
             env_state=env_state,

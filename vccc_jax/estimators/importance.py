@@ -24,14 +24,19 @@ Array = chex.Array
 WeightKind = Literal["ratio", "truncate", "mask"]
 
 MAX_LOG_RHO = 20.0
-WEIGHT_KINDS = ("ratio", "truncate", "mask")
+# Every weight kind a method may report (the ONE definition): "none" is w = 1 (the
+# uncorrected target), "ratio" w = rho (Eq 4/8), "truncate" w = min(rho, c) and "mask"
+# w = rho 1[1/c <= rho <= c] (both Eq 10).
+WEIGHT_KINDS = ("none", "ratio", "truncate", "mask")
+# The kinds :func:`importance_weights` forms from log-ratios (all but "none").
+IMPORTANCE_KINDS = WEIGHT_KINDS[1:]
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
 
 
 def check_weight_kind(kind: str, clip: Optional[float]) -> None:
     """Static validation of a (kind, clip) pair; raises ValueError naming the argument."""
-    if kind not in WEIGHT_KINDS:
-        raise ValueError(f"kind must be one of {WEIGHT_KINDS}, got {kind!r}")
+    if kind not in IMPORTANCE_KINDS:
+        raise ValueError(f"kind must be one of {IMPORTANCE_KINDS}, got {kind!r}")
     if kind != "ratio":
         if clip is None:
             raise ValueError(f"clip is required for kind={kind!r}")

@@ -26,8 +26,6 @@ by at most gamma^T max|r| / (1 - gamma) (reported).
 
 from __future__ import annotations
 
-import argparse
-import sys
 from typing import NamedTuple, Optional, Sequence
 
 import chex
@@ -241,47 +239,3 @@ def default_problem(seed: int = 1, num_states: int = 6, num_actions: int = 3, ga
     hist = history.policy_history(mdp, th0, cfg)
     mus = hist.probs[jnp.asarray(versions)]
     return mdp, mus, hist.probs[current], hist.values[0], [f"mu_{v}" for v in versions]
-
-
-def format_report(rep: dict) -> str:
-    g = rep["g0"]
-    zc = rep["z_crit"]
-    lines = [
-        f"Sec 3.4 demo: {rep['num_rollouts']} rollouts of {rep['horizon']} steps, versions "
-        f"{' -> '.join(rep['labels'])} from steps {rep['starts']}; two-sided {rep['confidence']:.1%} "
-        f"tests (Bonferroni |z| > {zc:.2f})",
-        f"  MC mean of G_0 = {g['mean']:.4f} +- {g['se']:.4f} (SE); exact switching expectation "
-        f"{g['switching_value']:.4f} (z = {g['z_switching']:+.2f})",
-    ]
-    for k, v in g["stationary"].items():
-        z = g["z_stationary"][k]
-        lines.append(f"  vs V^{k}(s0) = {v:.4f}: z = {z:+8.2f}  {'MISMATCH' if abs(z) > zc else 'consistent'}")
-    for name in ("vccc", "uncorrected"):
-        o = rep["one_step"][name]
-        lines.append(f"  one-step {name:<11} per-state mean vs T_pi Vbar: chi2 = {o['chi2']:.1f} "
-                     f"(df {o['df']}), p = {o['p']:.3g}, max|z| = {np.nanmax(np.abs(o['z'])):.2f}")
-    r = rep["returns"]
-    for lab in ["pi_k"] + rep["labels"]:
-        lines.append(f"  pooled returns-to-go vs V^{lab}(s): chi2 = {r[lab]['chi2']:.1f} (df {r[lab]['df']}), "
-                     f"p = {r[lab]['p']:.3g}")
-    return "\n".join(lines)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="async_mc", description="Sec 3.4 Monte-Carlo demonstration")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--rollouts", type=int, default=4000)
-    p.add_argument("--horizon", type=int, default=200)
-    p.add_argument("--starts", default="0,2,5", help="steps at which mu_3, mu_5, mu_8 take over")
-    args = p.parse_args(argv)
-    with jax.enable_x64(True):
-        mdp, mus, pi, vbar, labels = default_problem(args.seed, dtype=jnp.float64)
-        starts = [int(x) for x in args.starts.split(",")]
-        rep = mc_demo(jax.random.PRNGKey(args.seed + 1), mdp, mus, pi, vbar, starts,
-                      num_rollouts=args.rollouts, horizon=args.horizon, labels=labels)
-    print(format_report(rep))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

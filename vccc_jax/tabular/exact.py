@@ -13,7 +13,9 @@ the exact conditional mean and variance under mu(a|s) P(s'|s, a). Nothing here s
 All routines work in the dtype of their inputs: float64 inside ``jax.enable_x64(True)``
 for exact checks (~1e-10), float32 otherwise.
 
-Contents
+Contents (policy evaluation lives in ``tabular.evaluation``, the linear solvers in
+``tabular.linear``, the actor side in ``tabular.exact_actor``; all re-exported here)
+  linear solves                     solve_dominant, ELIMINATION_MAX_STATES
   V^pi, Q^pi, T_pi, visitation      policy_value, policy_values_by_time, q_values,
                                     bellman_operator, n_step_backup, visitation, ...
   one-step target moments           transition_grid, target_moments, target_covariance
@@ -36,282 +38,45 @@ import jax
 import jax.numpy as jnp
 
 from vccc_jax.estimators.importance import WeightKind, importance_weights, safe_ratios
-from vccc_jax.tabular.mdp import TabularMDP, next_state_discounts
-from vccc_jax.tabular.policies import log_ratio_table
+from vccc_jax.tabular.evaluation import (  # noqa: F401  (re-exports)
+    _check_policy,
+    _check_single,
+    _check_values,
+    _masked,
+    batched_policy_value,
+    bellman_operator,
+    bellman_targets,
+    discounted_transition_matrix,
+    expected_reward,
+    n_step_backup,
+    policy_value,
+    policy_values_by_time,
+    q_values,
+    ratio_table,
+    transition_matrix,
+    visitation,
+)
+from vccc_jax.tabular.exact_actor import (  # noqa: F401  (re-exports)
+    actor_drift_decomposition,
+    centred_actor_update,
+    exact_actor_update,
+    importance_weighted_actor_update,
+    mean_score,
+    policy_gradient,
+    score_covariance,
+    softmax_score,
+)
+from vccc_jax.tabular.linear import (  # noqa: F401  (re-exports)
+    ELIMINATION_MAX_STATES,
+    _eliminate,
+    _eliminate_batch_minor,
+    _krylov_solve,
+    solve_dominant,
+)
+from vccc_jax.tabular.mdp import TabularMDP, next_state_discounts  # noqa: F401
+from vccc_jax.tabular.policies import log_ratio_table  # noqa: F401
 
 Array = chex.Array
-
-
-def _check_single(mdp: TabularMDP) -> None:
-    if mdp.P.ndim != 3:
-        raise ValueError(
-            f"exact routines take a single MDP (P [S, A, S]); got P {mdp.P.shape}: "
-            "use jax.vmap over the batch axis"
-        )
-
-
-def _check_policy(name: str, pi: Array, mdp: TabularMDP) -> None:
-    if pi.shape != (mdp.num_states, mdp.num_actions):
-        raise ValueError(
-            f"{name} must have shape [S, A] = {(mdp.num_states, mdp.num_actions)}, got {pi.shape}"
-        )
-
-
-def _check_values(name: str, v: Array, mdp: TabularMDP) -> None:
-    if v.shape != (mdp.num_states,):
-        raise ValueError(f"{name} must have shape [S] = {(mdp.num_states,)}, got {v.shape}")
-
-
-# ------------------------------------------------------------------------ linear solves
-
-
-def _eliminate(a: Array, b: Array) -> Array:
-    """Gaussian elimination without pivoting for one system a x = b (a [n, n], b [n])."""
-    n = a.shape[-1]
-    aug = jnp.concatenate([a, b[:, None]], axis=1)
-    idx = jnp.arange(n)
-
-    def forward(k, m):
-        row = m[k]
-        f = jnp.where(idx > k, m[:, k] / row[k], 0.0)
-        return m - f[:, None] * row[None, :]
-
-    m = jax.lax.fori_loop(0, n, forward, aug)
-
-    def backward(i, x):
-        k = n - 1 - i
-        return x.at[k].set((m[k, n] - jnp.dot(m[k, :n], x)) / m[k, k])
-
-    return jax.lax.fori_loop(0, n, backward, jnp.zeros_like(b))
-
-
-def solve_dominant(a: Array, b: Array) -> Array:
-    """Solve a x = b for a (weakly) diagonally dominant a, by elimination without pivoting.
-
-    Every system in this module has this form: I - M with M >= 0 and row sums <= 1
-    (e.g. M = P_pi diag(gamma(s'))), or its transpose. Elimination without pivoting is then
-    backward stable (growth factor <= 2), and it is XLA-native: no LAPACK custom call.
-    That matters on CPU with jaxlib 0.10, whose batched LU runs ``ParallelBatchMap`` on
-    the intra-op thread pool and can deadlock when two LU calls run concurrently (two
-    independent solves in one jitted graph, or two threads). Gradients use implicit
-    differentiation (``lax.custom_linear_solve``; the transpose is also dominant).
-    """
-    if a.ndim != 2 or b.ndim != 1 or a.shape != (b.shape[0], b.shape[0]):
-        raise ValueError(f"solve_dominant takes a [n, n] and b [n], got {a.shape} and {b.shape}")
-    return jax.lax.custom_linear_solve(
-        lambda x: a @ x, b,
-        solve=lambda _, r: _eliminate(a, r),
-        transpose_solve=lambda _, r: _eliminate(a.T, r),
-    )
-
-
-# ------------------------------------------------------------------ policy evaluation
-
-
-def expected_reward(mdp: TabularMDP, pi: Array) -> Array:
-    """r_pi(s) = sum_{a, s'} pi(a|s) P(s'|s, a) r(s, a, s'). [S]"""
-    _check_single(mdp)
-    _check_policy("pi", pi, mdp)
-    return jnp.einsum("sa,sat->s", pi, mdp.P * mdp.R)
-
-
-def transition_matrix(mdp: TabularMDP, pi: Array) -> Array:
-    """P_pi(s, s') = sum_a pi(a|s) P(s'|s, a). [S, S]"""
-    _check_single(mdp)
-    _check_policy("pi", pi, mdp)
-    return jnp.einsum("sa,sat->st", pi, mdp.P)
-
-
-def discounted_transition_matrix(mdp: TabularMDP, pi: Array) -> Array:
-    """P_pi(s, s') gamma (1 - terminal[s']): the matrix of the Bellman equation. [S, S]"""
-    return transition_matrix(mdp, pi) * next_state_discounts(mdp)[None, :]
-
-
-def policy_values_by_time(mdp: TabularMDP, pi: Array) -> Array:
-    """Backward induction for a finite horizon H: V_t for t = 0..H, with V_H = 0. [H+1, S]
-
-    V_t = r_pi + P_pi diag(gamma (1 - terminal)) V_{t+1}; V_t is the value with H - t steps
-    to go under the stationary policy pi.
-    """
-    H = mdp.horizon
-    if H is None:
-        raise ValueError("policy_values_by_time needs mdp.horizon (got None)")
-    r_pi = expected_reward(mdp, pi)
-    M = discounted_transition_matrix(mdp, pi)
-
-    def step(v_next, _):
-        v = r_pi + M @ v_next
-        return v, v
-
-    _, vs = jax.lax.scan(step, jnp.zeros_like(r_pi), None, length=H)
-    return jnp.concatenate([vs[::-1], jnp.zeros_like(r_pi)[None]], axis=0)
-
-
-def policy_value(mdp: TabularMDP, pi: Array) -> Array:
-    """V^pi [S]: the solution of V = r_pi + P_pi diag(gamma(s')) V (:func:`solve_dominant`).
-
-    With a finite horizon, V^pi at time 0 by backward induction
-    (:func:`policy_values_by_time`). This is the fixed point V^pi = T_pi V^pi of Sec 1.4.
-    """
-    if mdp.horizon is not None:
-        return policy_values_by_time(mdp, pi)[0]
-    r_pi = expected_reward(mdp, pi)
-    M = discounted_transition_matrix(mdp, pi)
-    eye = jnp.eye(mdp.num_states, dtype=M.dtype)
-    return solve_dominant(eye - M, r_pi)
-
-
-# Largest S for which batched_policy_value(method="auto") uses the unrolled elimination.
-ELIMINATION_MAX_STATES = 48
-
-
-def _eliminate_batch_minor(a: Array, b: Array) -> Array:
-    """Solve a x = b for a batch stored *batch-minor*: a [S, S, N], b [S, N] -> x [S, N].
-
-    Gaussian elimination without pivoting, unrolled over the (static) S with shrinking
-    static slices, so every step is one vectorised update over the contiguous batch axis.
-    No pivoting is needed (and the elimination is backward stable, growth factor <= 2)
-    because I - P_pi diag(gamma(s')) is diagonally dominant by rows: P_pi >= 0 and its
-    discounted row sums are <= 1.
-    """
-    S = a.shape[0]
-    aug = jnp.concatenate([a, b[:, None, :]], axis=1)  # [S, S+1, N]
-    for k in range(S - 1):
-        f = aug[k + 1 :, k] / aug[k, k][None]
-        aug = aug.at[k + 1 :, k + 1 :].add(-f[:, None, :] * aug[k, k + 1 :][None])
-    rhs = aug[:, S]
-    x = jnp.zeros_like(rhs)
-    for k in reversed(range(S)):
-        xk = rhs[k] / aug[k, k]
-        x = x.at[k].set(xk)
-        if k:
-            rhs = rhs.at[:k].add(-aug[:k, k] * xk[None])
-    return x
-
-
-def _krylov_solve(a: Array, b: Array) -> Array:
-    """Batched a x = b (a [N, S, S], b [N, S]) by BiCGSTAB, with an LU fallback.
-
-    I - P_pi diag(gamma(s')) of a fast-mixing MDP has a tightly clustered spectrum (one
-    eigenvalue near 1 - gamma, the rest near 1), so a Krylov method needs a handful of
-    O(S^2) mat-vecs instead of an O(S^3) factorisation. Every solution is checked by its
-    residual; if any system of the batch did not converge (slow mixing, e.g. a long
-    chain), the whole batch is solved by LU instead, so the result never depends on
-    convergence luck.
-    """
-    from jax.scipy.sparse.linalg import bicgstab
-
-    S = a.shape[-1]
-    tol = 1e-6 if a.dtype == jnp.float32 else 1e-12
-    x = jax.vmap(lambda aa, bb: bicgstab(lambda v: aa @ v, bb, tol=tol, atol=0.0, maxiter=min(S, 256))[0])(a, b)
-    res = jnp.max(jnp.abs(jnp.einsum("nij,nj->ni", a, x) - b), axis=-1)
-    scale = jnp.max(jnp.abs(b), axis=-1) + jnp.max(jnp.abs(x), axis=-1)
-    ok = jnp.all(res <= 10.0 * tol * scale)
-    return jax.lax.cond(ok, lambda: x, lambda: jnp.linalg.solve(a, b[..., None])[..., 0])
-
-
-def batched_policy_value(mdps: TabularMDP, pis: Array, *, method: str = "auto") -> Array:
-    """V^pi for a batch of MDPs [N, ...] and policies [N, S, A] in one fused computation. [N, S]
-
-    The same numbers as ``jax.vmap(policy_value)`` (infinite horizon), built for speed:
-    P_pi and r_pi are formed with fused contractions (r_pi = sum_a pi sum_s' P R, never
-    materialising P * R) and the linear systems are solved by
-
-      ``"lapack"``       batched LU with partial pivoting (``jnp.linalg.solve``; see
-                         :func:`solve_dominant` for why not to run two of these
-                         concurrently on CPU with jaxlib 0.10);
-      ``"elimination"``  :func:`_eliminate_batch_minor`, unrolled pivot-free elimination
-                         vectorised over the batch (fast for small S; compile time grows
-                         with S);
-      ``"krylov"``       :func:`_krylov_solve`: BiCGSTAB checked by its residual, LU
-                         fallback (fast when the MDPs mix quickly, e.g. random MDPs);
-      ``"dominant"``     ``vmap(solve_dominant)`` (XLA-native loop, any S);
-      ``"auto"``         elimination when S <= ELIMINATION_MAX_STATES, else krylov.
-
-    Accuracy: elimination / LU to round-off; krylov to a relative residual of 1e-6
-    (float32) or 1e-12 (float64). ``method`` is static. A finite horizon falls back to
-    ``jax.vmap(policy_value)``.
-    """
-    if method not in ("auto", "lapack", "elimination", "krylov", "dominant"):
-        raise ValueError(
-            f"method must be 'auto', 'lapack', 'elimination', 'krylov' or 'dominant', got {method!r}"
-        )
-    if mdps.P.ndim != 4:
-        raise ValueError(f"batched_policy_value takes a batch of MDPs (P [N, S, A, S]), got {mdps.P.shape}")
-    if pis.shape != mdps.P.shape[:3]:
-        raise ValueError(f"pis must have shape [N, S, A] = {mdps.P.shape[:3]}, got {pis.shape}")
-    if mdps.horizon is not None:
-        return jax.vmap(policy_value)(mdps, pis)
-    S = mdps.num_states
-    if method == "auto":
-        method = "elimination" if S <= ELIMINATION_MAX_STATES else "krylov"
-    disc = mdps.gamma[:, None] * (1.0 - mdps.terminal)  # [N, S']
-    pr = jnp.sum(mdps.P * mdps.R, axis=-1)  # [N, S, A] (fused multiply-reduce)
-    eye = jnp.eye(S, dtype=mdps.P.dtype)
-    if method == "elimination":
-        m = jnp.einsum("nsa,nsat->stn", pis, mdps.P) * disc.T[None]  # batch-minor [S, S', N]
-        r_pi = jnp.einsum("nsa,nsa->sn", pis, pr)
-        return _eliminate_batch_minor(eye[:, :, None] - m, r_pi).T
-    a = eye[None] - jnp.einsum("nsa,nsat->nst", pis, mdps.P) * disc[:, None, :]
-    r_pi = jnp.sum(pis * pr, axis=-1)
-    if method == "lapack":
-        return jnp.linalg.solve(a, r_pi[..., None])[..., 0]
-    if method == "krylov":
-        return _krylov_solve(a, r_pi)
-    return jax.vmap(solve_dominant)(a, r_pi)
-
-
-def bellman_targets(mdp: TabularMDP, v: Array) -> Array:
-    """H(s, a, s') = r(s, a, s') + gamma (1 - terminal[s']) v(s'). [S, A, S']"""
-    _check_single(mdp)
-    _check_values("v", v, mdp)
-    return mdp.R + (next_state_discounts(mdp) * v)[None, None, :]
-
-
-def q_values(mdp: TabularMDP, pi: Optional[Array] = None, v: Optional[Array] = None) -> Array:
-    """Q(s, a) = E[r + gamma(s') v(s') | s, a]. [S, A]
-
-    With ``v=None``, v = V^pi (Q^pi); for a finite horizon v = V_1 (so Q is Q^pi at time 0).
-    """
-    if v is None:
-        if pi is None:
-            raise ValueError("q_values needs pi when v is None")
-        v = policy_values_by_time(mdp, pi)[1] if mdp.horizon is not None else policy_value(mdp, pi)
-    return jnp.sum(mdp.P * bellman_targets(mdp, v), axis=-1)
-
-
-def bellman_operator(mdp: TabularMDP, pi: Array, v: Array) -> Array:
-    """(T_pi v)(s) = E_{a~pi, s'~P}[r + gamma(s') v(s')]. [S]"""
-    _check_policy("pi", pi, mdp)
-    return jnp.sum(pi * q_values(mdp, v=v), axis=-1)
-
-
-def n_step_backup(mdp: TabularMDP, pi: Array, v: Array, n: int) -> Array:
-    """T_pi^n v: the exact n-step pi backup (n >= 0, static). [S]"""
-    r_pi = expected_reward(mdp, pi)
-    M = discounted_transition_matrix(mdp, pi)
-    out, _ = jax.lax.scan(lambda x, _: (r_pi + M @ x, None), v, None, length=n)
-    return out
-
-
-def visitation(mdp: TabularMDP, pi: Array, *, normalize: bool = True) -> Array:
-    """Discounted state visitation from ``init``: d(s) ∝ sum_t E[prod gamma(s_1..s_t) 1[s_t = s]].
-
-    Unnormalised, d = init^T (I - P_pi diag(gamma(s')))^{-1} (a sum over the horizon when
-    finite); this is the weighting of the policy-gradient theorem. ``normalize`` divides by
-    the total so that d sums to 1. [S]
-    """
-    M = discounted_transition_matrix(mdp, pi)
-    if mdp.horizon is None:
-        eye = jnp.eye(mdp.num_states, dtype=M.dtype)
-        d = solve_dominant((eye - M).T, mdp.init)
-    else:
-        def step(x, _):
-            return x @ M, x
-
-        _, ds = jax.lax.scan(step, mdp.init, None, length=mdp.horizon)
-        d = jnp.sum(ds, axis=0)
-    return d / jnp.sum(d) if normalize else d
 
 
 # ------------------------------------------------------------- one-step target moments
@@ -354,11 +119,6 @@ def transition_grid(mdp: TabularMDP, pi: Array, mu: Array, vbar: Array) -> Trans
     )
 
 
-def _masked(prob: Array, y: Array) -> Array:
-    # Cells of probability 0 never occur: drop them (they may hold inf from a support
-    # violation, and 0 * inf would be NaN).
-    return jnp.where(prob > 0, y, 0.0)
-
 
 def target_moments(mdp: TabularMDP, mu: Array, y: Array) -> tuple[Array, Array]:
     """Exact E_mu[Y | s] and Var_mu[Y | s] of a per-transition quantity y [S, A, S'].
@@ -386,11 +146,6 @@ def target_covariance(mdp: TabularMDP, mu: Array, x: Array, y: Array) -> Array:
     mx = jnp.sum(prob * x, axis=(1, 2))
     my = jnp.sum(prob * y, axis=(1, 2))
     return jnp.sum(prob * (x - mx[:, None, None]) * (y - my[:, None, None]), axis=(1, 2))
-
-
-def ratio_table(pi: Array, mu: Array) -> Array:
-    """rho(s, a) = exp(log pi - log mu) with the library's overflow guard. [S, A]"""
-    return safe_ratios(log_ratio_table(pi, mu))
 
 
 # ------------------------------------------------------------------------- clipping
@@ -599,81 +354,3 @@ def lambda_return_operator(mdp: TabularMDP, pi: Array, v: Array, lambda_: float,
 
     (_, acc), _ = jax.lax.scan(step, (v, jnp.zeros_like(v)), jnp.arange(1, n_steps + 1))
     return acc
-
-
-# ---------------------------------------------------------------------- actor side
-
-
-def softmax_score(pi: Array, temperature: float = 1.0) -> Array:
-    """u(s, a) = grad_theta log pi(a|s) for pi = softmax(theta / temperature) with tabular theta.
-
-    Only the row theta[s, :] matters for state s, so u is stored as [S, A, A]:
-    u[s, a, a'] = (1[a = a'] - pi(a'|s)) / temperature.
-    """
-    A = pi.shape[-1]
-    return (jnp.eye(A, dtype=pi.dtype)[None, :, :] - pi[:, None, :]) / temperature
-
-
-def mean_score(mu: Array, u: Array, w: Optional[Array] = None) -> Array:
-    """m_w(s) = E_mu[w(s, a) u(s, a) | s] (Sec 2.2 / 5.2); w = None gives m_mu(s). [S, A]"""
-    weight = mu if w is None else mu * jnp.where(mu > 0, w, 0.0)
-    return jnp.einsum("sa,sab->sb", weight, u)
-
-
-def actor_drift_decomposition(
-    mdp: TabularMDP, pi: Array, mu: Array, baseline: Array, temperature: float = 1.0
-) -> tuple[Array, Array, Array]:
-    """Eq 1 for a softmax pi, with G the behaviour Monte-Carlo return (E[G | s, a] = Q^mu):
-
-        g_b(s) = E_mu[(G - b(s)) u | s] = Cov_mu(G, u | s) + (V^mu(s) - b(s)) m_mu(s).
-
-    Returns (g_b, cov, drift), each [S, A] (the gradient wrt theta[s, :]).
-    """
-    u = softmax_score(pi, temperature)
-    q_mu = q_values(mdp, mu)
-    v_mu = jnp.sum(mu * q_mu, axis=-1)
-    g_b = jnp.einsum("sa,sab->sb", mu * (q_mu - baseline[:, None]), u)
-    cov = jnp.einsum("sa,sab->sb", mu * (q_mu - v_mu[:, None]), u)
-    drift = (v_mu - baseline)[:, None] * mean_score(mu, u)
-    return g_b, cov, drift
-
-
-def centred_actor_update(mdp: TabularMDP, mu: Array, u: Array, w: Array, advantages: Array) -> Array:
-    """Eq 13: g^SC(s) = E_mu[A (w u - m_w(s)) | s] for per-transition advantages A [S, A, S']
-    (or [S, A]). [S, A]"""
-    if advantages.ndim == 3:
-        advantages = jnp.sum(mdp.P * _masked(mu[:, :, None] * mdp.P, advantages), axis=-1)
-    m_w = mean_score(mu, u, w)
-    centred = jnp.where(mu > 0, w, 0.0)[:, :, None] * u - m_w[:, None, :]
-    return jnp.einsum("sa,sab->sb", mu * advantages, centred)
-
-
-def score_covariance(mdp: TabularMDP, mu: Array, u: Array, w: Array, returns_q: Array) -> Array:
-    """Cov_mu(G, Z_w | s) with Z_w = w u and E[G | s, a] = returns_q(s, a) (Eq 2 RHS). [S, A]"""
-    mean_g = jnp.sum(mu * returns_q, axis=-1)
-    zw = jnp.where(mu > 0, w, 0.0)[:, :, None] * u
-    return jnp.einsum("sa,sab->sb", mu * (returns_q - mean_g[:, None]), zw)
-
-
-def importance_weighted_actor_update(mdp: TabularMDP, pi: Array, mu: Array, v: Array, u: Array) -> Array:
-    """E_mu[rho (r + gamma(s') v(s') - v(s)) u | s] (Sec 5.1, the LHS of Eq 12). [S, A]"""
-    rho = jnp.where(mu > 0, ratio_table(pi, mu), 0.0)
-    adv = q_values(mdp, v=v) - v[:, None]
-    return jnp.einsum("sa,sab->sb", mu * rho * adv, u)
-
-
-def exact_actor_update(mdp: TabularMDP, pi: Array, u: Array) -> Array:
-    """E_pi[Q^pi(s, a) u(s, a) | s] (the RHS of Eq 12). [S, A]"""
-    return jnp.einsum("sa,sab->sb", pi * q_values(mdp, pi), u)
-
-
-def policy_gradient(mdp: TabularMDP, pi: Array, u: Array) -> Array:
-    """grad_theta of init . V^pi for tabular logits: d(s) E_pi[Q^pi u | s] with the
-    unnormalised discounted visitation d (the policy-gradient theorem). [S, A]
-
-    Infinite-horizon MDPs only (a finite horizon makes Q time-dependent).
-    """
-    if mdp.horizon is not None:
-        raise ValueError("policy_gradient is defined for infinite-horizon MDPs (horizon=None)")
-    d = visitation(mdp, pi, normalize=False)
-    return d[:, None] * exact_actor_update(mdp, pi, u)

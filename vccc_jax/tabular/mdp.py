@@ -26,9 +26,8 @@ included in the state"), on which the ordinary linear solve gives the same value
 
 from __future__ import annotations
 
-from typing import Optional
-
 import functools
+from typing import Optional
 
 import chex
 import flax
@@ -95,7 +94,7 @@ def make_mdp(
     P = P.astype(dtype)
     if P.ndim < 3:
         raise ValueError(f"P must have shape [..., S, A, S'], got {P.shape}")
-    batch, (S, A, S2) = P.shape[:-3], P.shape[-3:]
+    batch, S = P.shape[:-3], P.shape[-3]
     R = jnp.asarray(R, dtype)
     if R.shape == P.shape[:-1]:
         R = jnp.broadcast_to(R[..., None], P.shape)
@@ -124,7 +123,7 @@ def validate_mdp(mdp: TabularMDP, atol: float = PROB_ATOL) -> TabularMDP:
     P = mdp.P
     if np.ndim(P) < 3:
         raise ValueError(f"P must have shape [..., S, A, S'], got {np.shape(P)}")
-    batch, (S, A, S2) = P.shape[:-3], P.shape[-3:]
+    batch, (S, _, S2) = P.shape[:-3], P.shape[-3:]
     if S2 != S:
         raise ValueError(f"P must be [..., S, A, S] with S' == S, got {P.shape}")
     if mdp.R.shape != P.shape:

@@ -1,0 +1,47 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Neural actor-critic: lag curves with ground truth
+# Train grid stores (`vccc train --config experiments/train_lag_quick.toml --out results/train`):
+# per env, return and critic error (Monte-Carlo V^pi; exact V^pi on tabular envs when stored)
+# against the mean lag. Statistics over seeds only: IQM with stratified bootstrap CIs, paired
+# per-seed differences against the uncorrected GAE critic, performance profiles across envs.
+
+# %% tags=["parameters"]
+results = "../results"  # directory of stored results (vccc sweep / train / bench outputs)
+out = "../figures"      # where PDF + PNG figures go
+gallery = ""            # optional: small README PNGs (docs/figures)
+
+# %%
+from pathlib import Path
+
+from vccc_jax.plotting.seeds import fig_lag_curves, fig_paired_differences, fig_performance_profile
+from vccc_jax.plotting.style import publish
+from vccc_jax.runs.store import read_rows
+
+stores = sorted(Path(results).glob("train/*.jsonl")) + sorted(Path(results).glob("train_*.jsonl"))
+print("stores:", [str(s) for s in stores] or "none")
+
+# %%
+for store in stores:
+    rows = [r for r in read_rows(store) if "env" in r["cell"]]
+    envs = sorted({r["cell"]["env"] for r in rows})
+    critics = {r["cell"]["critic"] for r in rows}
+    for env in envs:
+        tag = f"{store.stem}_{env.replace('/', '-')}"
+        publish(fig_lag_curves(rows, env=env), out, f"{tag}_lag_curves", gallery)
+        if "gae" in critics and len(critics) > 1:
+            publish(fig_paired_differences(rows, env=env), out, f"{tag}_paired_return", gallery)
+    if len(envs) > 1:
+        publish(fig_performance_profile(rows), out, f"{store.stem}_profile", gallery)

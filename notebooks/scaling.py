@@ -1,0 +1,39 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Scaling: the sharded trainer across devices (issue 10)
+# Every bench JSON under `results/bench/` (format: `vccc_jax.plotting.scaling`): throughput and
+# scaling efficiency against the device count, weak and strong regimes, plus the table.
+
+# %% tags=["parameters"]
+results = "../results"  # directory of stored results (vccc sweep / train / bench outputs)
+out = "../figures"      # where PDF + PNG figures go
+gallery = ""            # optional: small README PNGs (docs/figures)
+
+# %%
+from pathlib import Path
+
+from IPython.display import Markdown, display
+
+from vccc_jax.plotting.scaling import bench_table, fig_scaling, read_bench
+from vccc_jax.plotting.style import publish
+
+files = sorted(Path(results).glob("bench/*.json"))
+print("bench files:", [f.name for f in files] or "none")
+
+# %%
+for f in files:
+    doc = read_bench(f)
+    display(Markdown(bench_table(doc)))
+    publish(fig_scaling(doc), out, f"scaling_{f.stem}", gallery)

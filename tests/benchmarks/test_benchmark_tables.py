@@ -1,0 +1,60 @@
+"""The benchmarks' pure parts: settings, row selection and the table strings (columns and
+ratios), on hand-made rows. No timing and no compilation happens here."""
+
+import pytest
+
+from vccc_jax.benchmarks import estimators, tabular, train
+
+EST_NAMES = ["ours", "inplace", "assoc", "rlax-BM", "rlax-TM"]
+EST_ROWS = [{"T": 128, "B": 4096, "ours": 1200.0, "inplace": 2400.0, "assoc": 300.0,
+             "rlax-BM": 600.0, "rlax-TM": 1000.0},
+            {"T": 512, "B": 65536, "ours": 90.0, "inplace": 150.0, "assoc": 30.0,
+             "rlax-BM": 60.0, "rlax-TM": 75.0}]
+
+
+def test_estimator_settings_defaults():
+    assert estimators.settings(quick=True) == (estimators.QUICK_SIZES, 5, 64)
+    assert estimators.settings() == (estimators.FULL_SIZES, 9, 512)
+    assert estimators.settings(reps=3, sizes=[(8, 16)], ceiling_mib=2) == (((8, 16),), 3, 2)
+
+
+def test_estimator_table_columns_and_ratios():
+    lines = estimators.format_table(EST_ROWS, EST_NAMES, ceiling_mts=300.0).splitlines()
+    head = lines[0].split()
+    assert head[:2] == ["T", "B"] and "ours/BM" in head and head[-1] == "%ceil"
+    first = lines[1].split()
+    assert first[:3] == ["128", "4096", "1200"]
+    # ours/BM, ours/TM, inpl/BM, inpl/TM, ours %ceil, inpl %ceil
+    assert first[-6:] == ["2.00x", "1.20x", "4.00x", "2.40x", "400%", "800%"]
+    widths = {len(line) for line in lines}
+    assert len(widths) == 1  # right-aligned columns
+
+
+def test_estimator_footer_reports_targets_of_the_sizes_run():
+    text = estimators.footer(EST_ROWS, ceiling_mts=300.0, have_rlax=True)
+    assert "at (128, 4096): 2.00x; >= 1.2x rlax-TM: 1.20x" in text
+    assert "ours 30%, inplace 50%" in text
+    assert "target" not in estimators.footer(EST_ROWS[:0], 300.0, True)
+
+
+def test_tabular_rows_table():
+    row = {"N": 4, "S": 3, "A": 2, "numpy f32": 100.0, "numpy f64": 80.0, "jax vmap": 50.0,
+           "jax lapack": 200.0, "jax auto": 400.0, "jax auto err": 1e-7,
+           "jax auto compile_s": 1.5}
+    lines = tabular.format_rows([row]).splitlines()
+    assert len(lines) == 2 and "auto/np32" in lines[0]
+    assert lines[1].split()[-5:] == ["0.50x", "2.00x", "4.00x", "1.0e-07", "1.5s"]
+
+
+def test_train_rows_and_table():
+    assert train.select_rows(" reference, lag8-vccc ,") == ["reference", "lag8-vccc"]
+    with pytest.raises(ValueError, match="unknown rows"):
+        train.select_rows("sync-gae,bogus")
+    timings = [train.Timing("sync-gae", 1.0, 2.0, 200_000, 500.0),
+               train.Timing("lag8-vccc", 1.5, 2.5, 200_000, 480.0)]
+    table = train.format_table(timings).splitlines()
+    assert table[2] == "| sync-gae | 100.0k | 1.00x | 1.00 | 2.00 | 500.0 |"
+    assert table[3] == "| lag8-vccc | 80.0k | 0.80x | 1.50 | 2.50 | 480.0 |"
+    assert "25.0%" in train.footer(timings)
+    assert train.footer(timings[:1]) == ""
+    assert train.as_rows(timings)[1]["steps_per_s"] == pytest.approx(80_000.0)

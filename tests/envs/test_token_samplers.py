@@ -1,0 +1,111 @@
+"""Samplers log the distribution they sample from (issue 12; Sec 7)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from vccc_jax.envs import samplers as sm
+from vccc_jax.tabular import policies
+
+ALPHA = 1e-3  # chi-square test level per sampler (fixed key; 8 samplers -> family level < 1e-2)
+N = 20_000
+LOGITS = jnp.asarray([2.0, 1.5, 1.0, 0.7, 0.3, 0.0, -0.4, -1.0, -1.7, -2.5])  # no ties
+SPECS = {
+    "temperature": sm.SamplerSpec(temperature=0.7),
+    "top_k": sm.SamplerSpec(top_k=4),
+    "top_p": sm.SamplerSpec(top_p=0.8),
+    "top_k_p_temp": sm.SamplerSpec(temperature=1.5, top_k=6, top_p=0.9),
+    "bf16": sm.SamplerSpec(mismatch="bf16"),
+    "int8": sm.SamplerSpec(mismatch="int8", temperature=0.9),
+    "mask": sm.SamplerSpec(),
+    "greedy": sm.SamplerSpec(greedy=True),
+}
+MASK = jnp.arange(10) % 3 != 1
+
+
+def _draw(key, spec, masked):
+    """N independent draws from one logits row, as one batched (eager) call."""
+    mask = jnp.broadcast_to(MASK, (N, 10)) if masked else None
+    return sm.sample(key, jnp.broadcast_to(LOGITS, (N, 10)), spec, mask)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_logged_log_probs_are_the_sampled_distribution(name):
+    spec = SPECS[name]
+    out = _draw(jax.random.PRNGKey(0), spec, name == "mask")
+    log_mu = np.asarray(out.log_probs[0])
+    np.testing.assert_allclose(out.log_probs, np.broadcast_to(log_mu, out.log_probs.shape))
+    np.testing.assert_allclose(out.log_prob, log_mu[np.asarray(out.token)], rtol=1e-6)
+    counts = np.bincount(np.asarray(out.token), minlength=10)
+    support = np.isfinite(log_mu)
+    assert counts[~support].sum() == 0
+    probs = np.exp(log_mu[support].astype(np.float64))
+    assert probs.sum() == pytest.approx(1.0, abs=1e-5)
+    if support.sum() > 1:
+        p = stats.chisquare(counts[support], N * probs / probs.sum()).pvalue
+        assert p > ALPHA, (name, p)
+    else:
+        assert name == "greedy" and counts[0] == N and log_mu[0] == 0.0
+
+
+def test_log_probs_match_tabular_references():
+    probs = jax.nn.softmax(LOGITS)
+    ref_k = policies.log_probs(policies.top_k_policy(probs[None], 4))[0]
+    np.testing.assert_allclose(sm.sampler_log_probs(LOGITS, SPECS["top_k"]), ref_k, atol=1e-6)
+    ref_p = policies.log_probs(policies.top_p_policy(probs[None], 0.8))[0]
+    np.testing.assert_allclose(sm.sampler_log_probs(LOGITS, SPECS["top_p"]), ref_p, atol=1e-6)
+    hot = sm.sampler_log_probs(LOGITS, SPECS["temperature"])
+    np.testing.assert_allclose(hot, jax.nn.log_softmax(LOGITS / 0.7), atol=1e-6)
+
+
+def test_mismatch_changes_the_behaviour_and_noise_needs_a_key():
+    z = jax.random.normal(jax.random.PRNGKey(1), (4, 64)) * 3.0
+    clean = sm.sampler_log_probs(z, sm.SamplerSpec())
+    for kind in ("bf16", "int8"):
+        diff = np.abs(sm.sampler_log_probs(z, sm.SamplerSpec(mismatch=kind)) - clean)
+        assert 1e-5 < diff.max() < 0.2, kind
+    noisy = sm.SamplerSpec(mismatch="noise", mismatch_scale=0.1)
+    with pytest.raises(ValueError, match="key"):
+        sm.sampler_log_probs(z, noisy)
+    assert np.abs(sm.sampler_log_probs(z, noisy, key=jax.random.PRNGKey(2)) - clean).max() > 1e-3
+
+
+def test_spec_parse_and_validation():
+    spec = sm.SamplerSpec.parse("temp=0.7, k=50, top_p=0.9, mismatch=bf16")
+    assert spec == sm.SamplerSpec(temperature=0.7, top_k=50, top_p=0.9, mismatch="bf16")
+    assert sm.SamplerSpec.parse("") == sm.SamplerSpec()
+    with pytest.raises(ValueError, match="top_p"):
+        sm.SamplerSpec(top_p=0.0)
+    with pytest.raises(ValueError, match="unknown"):
+        sm.SamplerSpec.parse("beam=4")
+
+
+def test_support_violation_mass_and_topk_z_mw():
+    """Support mass equals the tabular reference; Z(s) and m_w(s) from a top-k summary plus
+    the tail model are exact when k covers mu's support and carry a measurable error else."""
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    z_pi = 1.5 * jax.random.normal(keys[0], (5, 32))
+    z_mu = z_pi + jax.random.normal(keys[1], z_pi.shape)
+    log_pi = jax.nn.log_softmax(z_pi)
+    topk_mu = sm.sampler_log_probs(z_mu, sm.SamplerSpec(top_k=8))
+    ref = policies.support_violation(jnp.exp(log_pi), jnp.exp(topk_mu))
+    np.testing.assert_allclose(sm.support_violation_mass(log_pi, topk_mu), ref, atol=1e-6)
+    assert float(ref.min()) > 0.01
+    log_mu = jax.nn.log_softmax(z_mu)
+    for kind, clip in (("truncate", 1.0), ("mask", 2.0)):
+        approx, exact = sm.z_topk(log_pi, log_mu, 32, kind=kind, clip=clip)
+        np.testing.assert_allclose(approx, exact, atol=1e-5)
+        approx, exact = sm.z_topk(log_pi, log_mu, 4, kind=kind, clip=clip)
+        assert 1e-3 < np.abs(approx - exact).max() < 0.5
+        approx, exact = sm.z_topk(log_pi, topk_mu, 8, kind=kind, clip=clip)  # covers support
+        np.testing.assert_allclose(approx, exact, atol=1e-5)
+    m_approx, m_exact = sm.m_w_topk(z_pi, log_mu, 4, kind="truncate", clip=1.0)
+    w = jnp.minimum(jnp.exp(log_pi - log_mu), 1.0)
+    mu_w = jnp.exp(log_mu) * w
+    formula = mu_w - jnp.sum(mu_w, -1, keepdims=True) * jnp.exp(log_pi)  # mu w - Z pi
+    np.testing.assert_allclose(m_exact, formula, atol=1e-5)
+    assert np.abs(m_approx - m_exact).max() > 1e-3
+    m_full, _ = sm.m_w_topk(z_pi, log_mu, 32, kind="truncate", clip=1.0)
+    np.testing.assert_allclose(m_full, m_exact, atol=1e-5)

@@ -1,0 +1,87 @@
+"""Subprocess worker (8 fake CPU devices): one device vs meshes (1,1), (8,1), (4,2), and an
+orbax checkpoint saved on (4,2) and restored onto (8,1). Writes OUT/mesh.npz.
+
+Compiled programs: the plain init and train, and per mesh one rollout probe and one
+training step (the meshes start from the plain initial state, placed with device_put;
+``ShardedTrainer.init`` is exercised by the two-process and kill-test workers)."""
+
+import sys
+
+from _scale_common import flat, set_devices, tiny_config
+
+set_devices(8)
+
+import json  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from vccc_jax.benchmarks.scale import collectives_by_loop  # noqa: E402
+from vccc_jax.train import checkpoint as ck  # noqa: E402
+from vccc_jax.train import sharding as sh  # noqa: E402
+from vccc_jax.train.sharding import gather_to_host  # noqa: E402
+from vccc_jax.train.trainer import Trainer  # noqa: E402
+
+CHUNK = 2
+T0 = __import__('time').time()
+
+
+def tick(what):
+    print(f'{__import__("time").time() - T0:6.1f}s {what}', file=sys.stderr, flush=True)
+
+
+def main(out: str) -> None:
+    assert jax.device_count() == 8, jax.devices()
+    tr = Trainer(tiny_config())
+    res = {}
+    init = jax.device_get(tr.init())
+    plain_state, plain_m = tr.train(init, 2 * CHUNK)
+    res.update(flat(jax.device_get(plain_state), "plain/state"))
+    res.update(flat(jax.device_get(plain_m), "plain/metrics"))
+    tick('plain')
+    trainers, steps = {}, {}
+    for shape in [(1, 1), (8, 1), (4, 2)]:
+        name = f"{shape[0]}x{shape[1]}"
+        st = trainers[shape] = sh.ShardedTrainer(tr, sh.make_mesh(shape))
+        s = jax.device_put(init, st.shardings)  # no init program per mesh (fewer compiles)
+        res.update(flat(gather_to_host(st.rollout_fn()(s)), f"{name}/rollout"))
+        if shape == (8, 1):  # AOT: the same program the calls run, and its HLO
+            steps[shape] = step = st.lower(CHUNK).compile()
+            loops = collectives_by_loop(step.as_text())
+            res["hlo/8x1"] = np.array(json.dumps([[list(k), v] for k, v in loops.items()]))
+            st.train = lambda s_, n, start=None, step=step: step(
+                s_, jnp.asarray(start if start is not None else
+                                int(jax.device_get(s_.update).reshape(-1)[0]), jnp.int32))
+        s, m1 = st.train(s, CHUNK)
+        if shape == (4, 2):  # save the state after CHUNK updates (async), keep going
+            mngr = ck.manager(f"{out}/ckpt", keep=2, every=CHUNK)
+            assert ck.save(mngr, CHUNK, s, {"update": CHUNK})
+            mid = jax.device_get(s)
+        s, m2 = st.train(s, CHUNK)
+        m = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), *jax.device_get((m1, m2)))
+        res.update(flat(gather_to_host(s), f"{name}/state"))
+        res.update(flat(m, f"{name}/metrics"))
+        tick(name)
+    # restore the (4,2) checkpoint onto (8,1) and continue ...
+    st8 = trainers[(8, 1)]
+    ck.wait(mngr)
+    assert ck.latest_step(mngr) == CHUNK
+    restored, meta = ck.restore(mngr, st8.abstract_state, st8.shardings)
+    assert meta == {"update": CHUNK}, meta
+    assert restored.env.obs.sharding.spec == st8.shardings.env.obs.spec
+    s, m = st8.train(restored, CHUNK)
+    res.update(flat(gather_to_host(s), "resumed/state"))
+    res.update(flat(jax.device_get(m), "resumed/metrics"))
+    # ... and the same schedule without a checkpoint: (4,2) state moved to (8,1) in memory
+    moved = jax.device_put(mid, st8.shardings)
+    s, m = st8.train(moved, CHUNK)
+    res.update(flat(gather_to_host(s), "moved/state"))
+    res.update(flat(jax.device_get(m), "moved/metrics"))
+    mngr.close()
+    tick('checkpoint')
+    np.savez(f"{out}/mesh.npz", **res)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

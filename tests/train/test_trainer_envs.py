@@ -1,0 +1,140 @@
+"""Trainer on the tabular and token envs: make_env specs, samplers, tool steps, exact truth."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vccc_jax.envs import exact_truth as et
+from vccc_jax.envs import samplers, tabular_env
+from vccc_jax.envs.make import make_env
+from vccc_jax.train import exact_metrics
+from vccc_jax.train.config import TrainConfig
+from vccc_jax.train.learner import Batch as _Batch
+from vccc_jax.train.trainer import Trainer
+
+TOKEN = "token:V=8,H=5,Q=3,C=3,P=2,m=1,tools=1,gamma=1,seed=1"
+TAB = "tabular:family=garnet,S=5,A=3,gamma=0.9,seed=2"
+SMALL = dict(num_envs=4, num_steps=8, num_minibatches=2, update_epochs=1, hidden=8, num_layers=1)
+
+
+@pytest.mark.parametrize("spec, msg", [
+    ("tabular:S=x", "S='x'"), ("tabular:foo=1", "unknown key 'foo'"),
+    ("tabular:family=zz", "family must be"), ("tabular:obs=nope", "obs must be"),
+    ("token:foo", "name=value"), ("token:V=abc", "abc"),
+])
+def test_bad_specs_one_line(spec, msg):
+    with pytest.raises(ValueError, match=msg) as err:
+        make_env(spec)
+    assert "\n" not in str(err.value) and spec in str(err.value)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="sampler"):
+        TrainConfig(sampler="temp=0.5", temperature=0.7)
+    with pytest.raises(ValueError, match="unknown sampler field"):
+        TrainConfig(sampler="bogus=1")
+    with pytest.raises(ValueError, match="gamma"):
+        Trainer(TrainConfig(env=TAB, gamma=0.99, **SMALL, total_timesteps=32))
+    with pytest.raises(ValueError, match="gt_kind='exact'"):
+        Trainer(TrainConfig(gt_kind="exact", gt_every=1, **SMALL, total_timesteps=32))
+
+
+@pytest.fixture(scope="module")
+def token_run():
+    cfg = TrainConfig(env=TOKEN, gamma=1.0, lag="fixed:1", sampler="temp=0.8,k=4",
+                      critic="vccc", actor="centered-truncate", gt_every=1,
+                      total_timesteps=32 * 3, **SMALL)
+    tr = Trainer(cfg)
+    state = tr.init()
+    one = jax.tree_util.tree_map(lambda x: x[0], state)
+    _, traj = jax.jit(lambda s: tr._rollout(s.actor_params, s.versions, s.env, s.key, 0))(one)
+    final, metrics = tr.train(state)
+    return tr, one, traj, final, jax.device_get(metrics)
+
+
+def test_token_tool_steps_have_ratio_one_and_own_discount(token_run):
+    tr, _, traj, _, _ = token_run
+    tool = ~np.asarray(traj.is_action)
+    assert tool.any() and (~tool).any()
+    log_pi = np.take_along_axis(np.asarray(traj.log_pi_all), np.asarray(traj.action)[..., None], -1)[..., 0]
+    np.testing.assert_array_equal(log_pi[tool], np.asarray(traj.log_mu)[tool])  # log rho = 0 exactly
+    disc = np.asarray(traj.discounts(0.5))  # the env's discounts win over the gamma argument
+    live = tool & ~np.asarray(traj.terminated)
+    np.testing.assert_array_equal(disc[live], float(tr.env.task.tool_discount))
+    # sampler: top-4 of V=8 -> the behaviour row has exactly 4 finite entries on policy steps
+    finite = np.isfinite(np.asarray(traj.log_mu_all)).sum(-1)
+    assert (finite[~tool] <= 4).all() and (finite[tool] == 8).all()
+
+
+def test_tool_steps_get_no_actor_gradient(token_run):
+    tr, one, _, _, _ = token_run
+    n, v = 6, tr.num_actions
+    key = jax.random.PRNGKey(0)
+    obs = jax.random.normal(key, (n,) + tr.obs_shape)
+    log_all = jax.nn.log_softmax(jax.random.normal(key, (n, v)), -1)
+    act = jnp.arange(n) % v
+    lp = jnp.take_along_axis(log_all, act[:, None], -1)[:, 0]
+    w = jnp.array([1.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+    mb = _Batch(obs=obs, action=act, log_mu=lp, log_pi_old=lp, log_mu_all=log_all,
+                log_pi_old_all=log_all, advantages=jnp.linspace(-1, 1, n), targets=jnp.zeros(n),
+                critic_w=jnp.ones(n), actor_w=w)
+    grad = jax.jit(jax.grad(lambda p, b: tr._actor_loss(p, b)[0]))
+    flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)])  # noqa: E731
+    g0 = flat(grad(one.actor_params, mb))
+    masked = jnp.asarray(w == 0)
+    other = mb._replace(obs=jnp.where(masked[:, None], 3.0, obs),
+                        advantages=jnp.where(masked, 50.0, mb.advantages))
+    np.testing.assert_array_equal(flat(grad(one.actor_params, other)), g0)
+    live = mb._replace(advantages=mb.advantages.at[0].set(5.0))
+    assert np.abs(flat(grad(one.actor_params, live)) - g0).max() > 1e-6
+
+
+def test_token_exact_metrics_finite(token_run):
+    tr, _, _, _, m = token_run
+    for k in ("exact_err_pi", "exact_err_mix", "exact_gap", "exact_v_pi"):
+        assert np.all(np.isfinite(m[k])), k
+    assert m["exact_err_mu"].shape == (3, 1, 2)
+    assert np.all(np.isnan(m["exact_grad_bias"]))  # not available on the token env
+    assert "gt_mse" not in m
+    # top-4 sampler of V=8: pi_k has mass off the behaviour support on policy steps
+    assert np.all((m["support_violation"] > 0) & (m["support_violation"] < 1))
+
+
+def test_tabular_metrics_equal_direct_exact_truth():
+    """exact_metrics.tabular_metrics == direct exact_truth calls (same state weighting)."""
+    tr = Trainer(TrainConfig(env=TAB, gamma=0.9, lag="fixed:1", gt_every=1, total_timesteps=32,
+                             actor="truncate", **SMALL))
+    s = jax.tree_util.tree_map(lambda x: x[0], tr.init())
+    params = tr.env_params
+    ids = jnp.array([0, 1, 1, 3, 4, 4, 4, 2])
+    weights = jnp.array([0.25, 0.75])
+
+    @jax.jit  # one compile for both sides (eager op-by-op is slow)
+    def both(s):
+        stacked = exact_metrics.ring_params(s.actor_params, s.versions, tr.ring_size)
+        m = exact_metrics.tabular_metrics(
+            params, tr.actor_logits, tr.critic_values, s.actor_params, s.critic_params, stacked,
+            tr.log_mu_fn, weights, ids, jnp.ones(8), kind="truncate", clip=2.0, centred=False)
+        table = params.obs_table
+        mdp = tabular_env.params_mdp(params)
+        truth = et.version_truth(mdp, et.policy_log_probs(tr.actor_logits, s.actor_params, table),
+                                 et.ring_log_probs(tr.actor_logits, s.versions, table), weights)
+        d = et.empirical_state_weights(ids, table.shape[0])
+        v = tr.critic_values(s.critic_params, table)
+        errs = et.critic_errors(v, truth, d)
+        grads = et.actor_update_truth(tr.actor_logits, s.actor_params, table, mdp, truth, v,
+                                      kind="truncate", clip=2.0)
+        return m, errs, et.gradient_bias(grads.expected, grads.eq12).bias_norm
+
+    m, errs, bias = both(s)
+    np.testing.assert_allclose(m["exact_err_pi"], errs.rmse_pi, rtol=1e-6)
+    np.testing.assert_allclose(m["exact_err_mix"], errs.rmse_mix, rtol=1e-6)
+    np.testing.assert_allclose(m["exact_gap"], errs.gap, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(m["exact_grad_bias"], bias, rtol=1e-6)
+
+
+def test_sampler_spec_log_probs_match_samplers():
+    tr = Trainer(TrainConfig(env=TAB, gamma=0.9, sampler="temp=0.5,k=2", total_timesteps=32, **SMALL))
+    z = jnp.array([[0.3, -1.0, 2.0]])
+    np.testing.assert_array_equal(tr.log_mu_fn(z), samplers.sampler_log_probs(z, tr.sampler))

@@ -1,0 +1,126 @@
+"""Statistics over seeds (never over episodes), after Agarwal et al. 2021 ("rliable").
+
+A *score matrix* is ``[num_runs, num_tasks]``: one number per independent run (seed, or
+random MDP) and task (environment / lag / cell), e.g. a run's final return. Episodes inside
+a run are averaged into that one number first; they are not independent samples.
+
+- :func:`iqm` interquartile mean (25% trimmed mean of all runs x tasks);
+- :func:`stratified_bootstrap_ci` percentile CI of any aggregate, resampling runs with
+  replacement *within each task* (stratified), via ``scipy.stats.bootstrap`` with one sample
+  per task;
+- :func:`aggregate` point + CI per method;
+- :func:`performance_profile` fraction of runs above tau (score distribution) with CIs;
+- :func:`paired_difference` "does the correction help": per-run differences on the same
+  seeds / MDPs, mean with a bootstrap CI, the fraction of runs that improve and the
+  Wilcoxon signed-rank p-value.
+
+Why not rliable itself: ``rliable==1.2.0`` resolves with our pinned numpy/scipy but needs
+``arch>=5.3.1``; the resolvable ``arch==7.2.0`` fails at import with the pinned
+``pandas==3.1.1`` (``deprecate_kwarg() missing ... 'new_arg_name'``). The statistics are
+the same few lines on top of ``scipy.stats`` (trim_mean, bootstrap, wilcoxon).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+CI_LEVEL = 0.95
+NUM_BOOT = 2000
+
+
+def iqm(x, axis=None) -> np.ndarray:
+    """Interquartile mean: the mean of the middle 50% (``scipy.stats.trim_mean(x, 0.25)``),
+    over all entries (``axis=None``) or along ``axis``. NaNs are dropped (``axis=None``)."""
+    x = np.asarray(x, np.float64)
+    if axis is None:
+        x = x[np.isfinite(x)].ravel()
+        return np.float64(stats.trim_mean(x, 0.25)) if x.size else np.float64(np.nan)
+    return stats.trim_mean(x, 0.25, axis=axis)
+
+
+def _as_matrix(scores) -> np.ndarray:
+    s = np.asarray(scores, np.float64)
+    if s.ndim == 1:
+        s = s[:, None]
+    if s.ndim != 2 or s.shape[0] < 1:
+        raise ValueError(f"scores must be [runs] or [runs, tasks], got shape {s.shape}")
+    return s
+
+
+def stratified_bootstrap_ci(scores, statistic: Callable = iqm, level: float = CI_LEVEL,
+                            num_boot: int = NUM_BOOT, seed: int = 0) -> tuple[float, float, float]:
+    """(point, lo, hi): ``statistic`` of all runs x tasks and its percentile bootstrap CI,
+    runs resampled with replacement within each task (rliable's stratified bootstrap).
+
+    ``statistic(x, axis)`` takes the pooled [.., runs*tasks] sample along ``axis``.
+    One run per task: the CI is the point (nothing to resample)."""
+    s = _as_matrix(scores)
+    point = float(statistic(s.ravel(), axis=-1))
+    if s.shape[0] < 2:
+        return point, point, point
+    samples = tuple(s[:, j] for j in range(s.shape[1]))
+
+    def pooled(*xs, axis=-1):
+        return statistic(np.concatenate(xs, axis=axis), axis=axis)
+
+    with np.errstate(invalid="ignore"):
+        res = stats.bootstrap(samples, pooled, n_resamples=num_boot, confidence_level=level,
+                              method="percentile", vectorized=True, paired=False,
+                              rng=np.random.default_rng(seed))
+    lo, hi = res.confidence_interval
+    if not np.isfinite(lo):  # degenerate: every resample identical
+        lo = hi = point
+    return point, float(lo), float(hi)
+
+
+def mean_stat(x, axis=-1):
+    return np.mean(x, axis=axis)
+
+
+def aggregate(score_dict: dict, statistic: Callable = iqm, level: float = CI_LEVEL,
+              num_boot: int = NUM_BOOT, seed: int = 0) -> dict:
+    """{method: {"point", "lo", "hi", "n"}} of ``statistic`` over each [runs, tasks] matrix."""
+    out = {}
+    for name, scores in score_dict.items():
+        s = _as_matrix(scores)
+        p, lo, hi = stratified_bootstrap_ci(s, statistic, level, num_boot, seed)
+        out[name] = {"point": p, "lo": lo, "hi": hi, "n": int(s.shape[0]), "tasks": int(s.shape[1])}
+    return out
+
+
+def performance_profile(scores, taus: Sequence[float], level: float = CI_LEVEL,
+                        num_boot: int = NUM_BOOT, seed: int = 0) -> dict:
+    """Score distribution: fraction of runs with score > tau (averaged over tasks) for each
+    tau, with stratified bootstrap CIs. Returns {"tau", "point", "lo", "hi"} arrays."""
+    s = _as_matrix(scores)
+    taus = np.asarray(taus, np.float64)
+
+    def frac_above(tau):
+        return lambda x, axis=-1: np.mean(x > tau, axis=axis)
+
+    res = [stratified_bootstrap_ci(s, frac_above(t), level, num_boot, seed) for t in taus]
+    p, lo, hi = (np.array(v) for v in zip(*res))
+    return {"tau": taus, "point": p, "lo": lo, "hi": hi, "n": int(s.shape[0])}
+
+
+def paired_difference(treated, control, level: float = CI_LEVEL, num_boot: int = NUM_BOOT,
+                      seed: int = 0, statistic: Callable = mean_stat) -> dict:
+    """Per-run differences ``treated - control`` on the same seeds / MDPs (index-aligned).
+
+    Returns {"n", "point" (statistic of the differences), "lo", "hi" (percentile bootstrap),
+    "frac_better" (share of runs with difference > 0), "p_value" (two-sided Wilcoxon
+    signed-rank; 1.0 when every difference is 0)}. NaN pairs are dropped."""
+    a = np.asarray(treated, np.float64).ravel()
+    b = np.asarray(control, np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.shape} vs {b.shape}")
+    d = (a - b)[np.isfinite(a) & np.isfinite(b)]
+    if d.size == 0:
+        raise ValueError("no finite pairs")
+    p, lo, hi = stratified_bootstrap_ci(d, statistic, level, num_boot, seed)
+    pv = 1.0 if np.all(d == 0) or d.size < 2 else float(stats.wilcoxon(d).pvalue)
+    return {"n": int(d.size), "point": p, "lo": lo, "hi": hi,
+            "frac_better": float(np.mean(d > 0)), "p_value": pv}

@@ -1,0 +1,256 @@
+"""Tidy training tables -> per-seed summaries with t intervals, and the grid's markdown table.
+
+Rows are the trainer's tidy ``metrics.csv`` rows: one dict per (update, seed).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vccc_jax.analysis.seeds import stratified_bootstrap_ci
+from vccc_jax.analysis.stats import mean_ci
+
+
+def metric_column(rows: list[dict], key: str) -> np.ndarray:
+    """[U, S] array of a metric (NaN where missing)."""
+    updates = sorted({r["update"] for r in rows})
+    seeds = sorted({r["seed"] for r in rows})
+    ui = {u: i for i, u in enumerate(updates)}
+    si = {s: i for i, s in enumerate(seeds)}
+    out = np.full((len(updates), len(seeds)), np.nan)
+    for r in rows:
+        v = r.get(key)
+        if v is not None and v != "":
+            out[ui[r["update"]], si[r["seed"]]] = float(v)
+    return out
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per-seed summaries of a run and their mean / 95% CI across seeds.
+
+    final_return: mean behaviour-episode return over the last 10% of updates.
+    final_eval_return: the current policy's return, mean of the last 3 evaluations.
+    gt_mse / gt_rel_err: critic error vs Monte-Carlo V^{pi_k} (squared; |error| / |V|),
+      averaged over the evaluations in the second half of training.
+    """
+    ret = metric_column(rows, "return")
+    num_updates = ret.shape[0]
+    tail = max(1, num_updates // 10)
+    per_seed = {"final_return": np.nanmean(ret[-tail:], axis=0),
+                "mean_return": np.nanmean(ret, axis=0),
+                "lag_mean": np.nanmean(metric_column(rows, "lag_mean"), axis=0),
+                "ess": np.nanmean(metric_column(rows, "ess"), axis=0),
+                "clip_frac": np.nanmean(metric_column(rows, "clip_frac"), axis=0),
+                "kl_pi_mu": np.nanmean(metric_column(rows, "kl_pi_mu"), axis=0)}
+    ev = metric_column(rows, "eval_return")
+    gt_rows = np.where(np.any(np.isfinite(ev), axis=1))[0]
+    with np.errstate(invalid="ignore"):
+        if gt_rows.size:
+            per_seed["final_eval_return"] = np.nanmean(ev[gt_rows[-3:]], axis=0)
+        mse = metric_column(rows, "gt_mse")
+        mae = metric_column(rows, "gt_mae")
+        val = metric_column(rows, "gt_value")
+        late = np.arange(mse.shape[0]) >= mse.shape[0] // 2
+        keep = late[:, None] & np.isfinite(mse)
+        if np.any(keep):
+            per_seed["gt_mse"] = np.nanmean(np.where(keep, mse, np.nan), axis=0)
+            per_seed["gt_rel_err"] = np.nanmean(np.where(keep, mae / np.abs(val), np.nan), axis=0)
+    summary = {}
+    for k, v in per_seed.items():
+        mean, half = mean_ci(v[None], axis=-1) if v.ndim == 0 else mean_ci(v)
+        summary[k] = {"mean": float(mean), "ci95": float(half), "per_seed": v.tolist()}
+    return summary
+
+
+def format_grid_table(results: list[dict]) -> str:
+    """Markdown table: env, lag, critic, mean lag, returns and critic error with 95% CIs."""
+    def fmt(s, key, digits=1):
+        if key not in s:
+            return "-"
+        m, h = s[key]["mean"], s[key]["ci95"]
+        if not math.isfinite(m):
+            return "-"
+        return f"{m:.{digits}f} ± {h:.{digits}f}"
+
+    lines = ["| env | lag | critic | mean lag | eval return | behaviour return | "
+             "critic rel. err | critic MSE | ESS |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: (r["config"]["env"], r["summary"]["lag_mean"]["mean"],
+                                            r["config"]["critic"])):
+        c, s = r["config"], r["summary"]
+        lines.append(
+            f"| {c['env']} | {c['lag']} | {c['critic']} | {s['lag_mean']['mean']:.2f} | "
+            f"{fmt(s, 'final_eval_return')} | {fmt(s, 'final_return')} | "
+            f"{fmt(s, 'gt_rel_err', 3)} | {fmt(s, 'gt_mse', 2)} | {fmt(s, 'ess', 3)} |")
+    return "\n".join(lines)
+
+
+# --- whole-run summaries (issue 11 §3: staleness shows early, a second-half mean hides it) ---
+
+ERROR_KEYS = ("gt_rel_err", "exact_err_pi", "exact_err_mix", "exact_gap", "exact_rel_err_pi",
+              "exact_grad_rel_bias")
+CHECKPOINTS = (0.25, 0.5, 1.0)
+MEAN_KEYS = ("ess", "kl_pi_mu", "clip_frac", "lag_mean")
+
+
+def gt_curve(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(updates [G], values [G, S]) of a metric at the ground-truth updates: the updates where
+    it is finite for some seed. ``gt_rel_err`` is the MC relative error gt_mae / |gt_value|."""
+    updates = np.array(sorted({r["update"] for r in rows}), np.int64)
+    if key == "gt_rel_err" and key not in rows[0]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m = metric_column(rows, "gt_mae") / np.abs(metric_column(rows, "gt_value"))
+    else:
+        m = metric_column(rows, key)
+    keep = np.isfinite(m).any(axis=1)
+    return updates[keep], m[keep]
+
+
+def checkpoint_index(updates: np.ndarray, num_updates: int, frac: float) -> int:
+    """Index of the value "at ``frac`` of the run": the last ground-truth update u with
+    u + 1 <= frac * num_updates (the first one when none is that early)."""
+    ok = np.nonzero(updates + 1 <= frac * num_updates + 1e-9)[0]
+    return int(ok[-1]) if ok.size else 0
+
+
+def largest_lag(rows: list[dict]) -> int | None:
+    """The largest lag j with data (count_lag<j> > 0 anywhere); None without lag columns."""
+    lags = [int(k[len("count_lag"):]) for k in rows[0] if k.startswith("count_lag")]
+    populated = [j for j in lags if np.nansum(metric_column(rows, f"count_lag{j}")) > 0]
+    return max(populated) if populated else None
+
+
+def clip_at_lag(rows: list[dict], lag: int) -> np.ndarray:
+    """Per seed, the clip rate of the data at ``lag``: clip_frac_lag<lag> averaged over the
+    updates weighted by count_lag<lag> (NaN for a seed with no such data)."""
+    c = np.nan_to_num(metric_column(rows, f"count_lag{lag}"))
+    f = np.nan_to_num(metric_column(rows, f"clip_frac_lag{lag}"))
+    n = c.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, (c * f).sum(axis=0) / n, np.nan)
+
+
+def whole_run_per_seed(rows: list[dict]) -> dict[str, np.ndarray]:
+    """Per-seed whole-run numbers of one run (one array [S] per name).
+
+    For each error metric of :data:`ERROR_KEYS` the run has: ``<key>_auc`` (mean over every
+    ground-truth update = area under the error curve / its length) and ``<key>@25``,
+    ``@50``, ``@100`` (the value at the last ground-truth update within that share of the
+    run, :func:`checkpoint_index`). Also ``return_auc``, ``return_final`` (last 10% of
+    updates), ``ess``, ``kl_pi_mu``, ``clip_frac``, ``lag_mean`` (means over all updates),
+    ``clip_at_max_lag`` (:func:`clip_at_lag` at :func:`largest_lag`, whose value is
+    ``max_lag``) and ``eval_final`` (mean of the last 3 evaluations) when present."""
+    seeds = len({r["seed"] for r in rows})
+    num_updates = len({r["update"] for r in rows})
+    out: dict[str, np.ndarray] = {}
+    for key in ERROR_KEYS:
+        if key != "gt_rel_err" and key not in rows[0]:
+            continue
+        if key == "gt_rel_err" and "gt_mae" not in rows[0] and key not in rows[0]:
+            continue
+        upd, g = gt_curve(rows, key)
+        if g.size == 0:
+            continue
+        with np.errstate(invalid="ignore"), _quiet():
+            out[f"{key}_auc"] = np.nanmean(g, axis=0)
+        for c in CHECKPOINTS:
+            out[f"{key}@{int(round(c * 100))}"] = g[checkpoint_index(upd, num_updates, c)]
+    ret = metric_column(rows, "return")
+    with _quiet():
+        if np.isfinite(ret).any():
+            out["return_auc"] = np.nanmean(ret, axis=0)
+            out["return_final"] = np.nanmean(ret[-max(1, num_updates // 10):], axis=0)
+        if "eval_return" in rows[0]:
+            _, ev = gt_curve(rows, "eval_return")
+            if ev.size:
+                out["eval_final"] = np.nanmean(ev[-3:], axis=0)
+        for key in MEAN_KEYS:
+            if key in rows[0]:
+                out[key] = np.nanmean(metric_column(rows, key), axis=0)
+    lag = largest_lag(rows)
+    if lag is not None:
+        out["clip_at_max_lag"] = clip_at_lag(rows, lag)
+        out["max_lag"] = np.full(seeds, float(lag))
+    return {k: np.asarray(v, np.float64) for k, v in out.items()}
+
+
+class _quiet:
+    """Silence numpy's all-NaN-slice warnings (a seed without data is NaN on purpose)."""
+
+    def __enter__(self):
+        import warnings
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc):
+        return self._w.__exit__(*exc)
+
+
+def seed_stats(x) -> dict:
+    """Statistics over seeds of a per-seed sample (NaN seeds dropped): ``mean`` and ``ci95``
+    (Student-t half-width, :func:`analysis.stats.mean_ci`; NaN for one seed), ``iqm`` with its
+    percentile bootstrap ``iqm_lo`` / ``iqm_hi`` (:func:`analysis.seeds.stratified_bootstrap_ci`),
+    ``n`` and ``per_seed`` (all seeds, NaN kept)."""
+    x = np.asarray(x, np.float64).ravel()
+    f = x[np.isfinite(x)]
+    out = {"n": int(f.size), "per_seed": x.tolist()}
+    if f.size == 0:
+        return dict(out, mean=np.nan, ci95=np.nan, iqm=np.nan, iqm_lo=np.nan, iqm_hi=np.nan)
+    mean, half = mean_ci(f)
+    p, lo, hi = stratified_bootstrap_ci(f)
+    return dict(out, mean=float(mean), ci95=float(half), iqm=p, iqm_lo=lo, iqm_hi=hi)
+
+
+def whole_run_summary(rows: list[dict]) -> dict:
+    """Whole-run critic-error summary of one run (``metrics.csv`` rows, one per update and
+    seed): ``{name: seed_stats(per seed)}`` for every name of :func:`whole_run_per_seed`.
+    Same ``mean`` / ``ci95`` / ``per_seed`` fields as :func:`summarize` (so
+    ``plotting.seeds`` can read it), plus ``iqm`` / ``iqm_lo`` / ``iqm_hi`` / ``n``."""
+    return {k: seed_stats(v) for k, v in whole_run_per_seed(rows).items()}
+
+
+def cell_label(config: dict) -> str:
+    """Short label of a train cell: critic, clip level when it matters, baseline, protocol."""
+    s = str(config.get("critic", "?"))
+    if s in ("truncated", "masked", "centered_baseline", "naive_baseline", "vtrace"):
+        s += f" c={float(config.get('clip', 0.0)):g}"
+    if config.get("baseline", "value") not in ("value", None):
+        s += f" b={config['baseline']}"
+    if config.get("critic_first"):
+        s += " (critic first)"
+    return s
+
+
+def format_whole_run_table(results: list[dict], cols=None, stat: str = "mean",
+                           digits: int = 3) -> str:
+    """Markdown table, one line per cell, of whole-run summaries.
+
+    ``results``: ``[{"config": TrainConfig dict, "summary": whole_run_summary(rows)}]``;
+    ``cols``: summary names (default: every name of the first cell except ``lag_mean`` /
+    ``max_lag``); ``stat``: "mean" (mean ± 95% t half-width) or "iqm" (IQM [bootstrap lo, hi])."""
+    if stat not in ("mean", "iqm"):
+        raise ValueError(f"stat must be 'mean' or 'iqm', got {stat!r}")
+    if not results:
+        return "(no cells)"
+    cols = list(cols or [c for c in results[0]["summary"] if c not in ("lag_mean", "max_lag")])
+
+    def fmt(s):
+        if s is None or not math.isfinite(s["mean"]):
+            return "-"
+        if stat == "mean":
+            h = s["ci95"]
+            return f"{s['mean']:.{digits}g} ± {h:.2g}" if math.isfinite(h) else f"{s['mean']:.{digits}g}"
+        return f"{s['iqm']:.{digits}g} [{s['iqm_lo']:.{digits}g}, {s['iqm_hi']:.{digits}g}]"
+
+    head = ["env", "lag", "sampler", "critic", "n"] + cols
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        c, s = r["config"], r["summary"]
+        n = max((v["n"] for v in s.values()), default=0)
+        row = [str(c.get("env", "")), str(c.get("lag", "")), c.get("sampler") or "-", cell_label(c),
+               str(n)] + [fmt(s.get(k)) for k in cols]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)

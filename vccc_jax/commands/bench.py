@@ -1,0 +1,254 @@
+"""``vccc bench estimators | tabular | train | scale``: flags and printing of the benchmarks.
+
+    vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--ceiling-mib M]
+    vccc bench tabular    [--repeats N] [--min-time S] [--small]
+    vccc bench train      [--seeds N] [--timesteps N] [--repeats N] [--rows a,b] [--actor K]
+    vccc bench scale      [...]   (flags: ``vccc bench scale --help``)
+
+The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
+this module parses, validates, prints the header before the (long) measurements, progress
+lines while they run, and the table after. Bad input: one line ``vccc bench: <what is
+wrong>`` on stderr and exit status 2 (:mod:`vccc_jax.commands.common`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Optional
+
+from vccc_jax.commands.common import Parser, UsageError, fail, guarded
+
+PROG = "vccc bench"
+SUMMARY = {
+    "estimators": "V-trace throughput against rlax and a memory-bandwidth ceiling",
+    "tabular": "exact V^pi for batches of MDPs against NumPy",
+    "train": "env steps/s of the full trainer, lagged VCCC vs synchronous GAE",
+    "scale": "the sharded trainer at 1, 2, 4, 8 ... devices (weak and strong scaling)",
+}
+
+
+def usage() -> str:
+    rows = "\n".join(f"  {name:<11} {text}" for name, text in SUMMARY.items())
+    return (f"usage: {PROG} {{{'|'.join(SUMMARY)}}} [ARGS]  (NAME --help for its flags)\n\n"
+            f"benchmarks:\n{rows}\n")
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _nonnegative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+_nonnegative_int.__name__ = "non-negative int"
+
+
+def _size(text: str) -> tuple[int, int]:
+    """``T,B`` -> (T, B), both positive."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected T,B (two positive integers), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def _out(line: str) -> None:
+    print(line, flush=True)
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# estimators
+# --------------------------------------------------------------------------------------
+
+
+def estimators_parser() -> Parser:
+    from vccc_jax.benchmarks import estimators as b
+
+    p = Parser(prog=f"{PROG} estimators", description=b.__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help=f"small sizes {b.QUICK_SIZES}")
+    p.add_argument("--reps", type=_nonnegative_int, default=None,
+                   help="timed repetitions (median)")
+    p.add_argument("--sizes", nargs="+", type=_size, default=None, metavar="T,B",
+                   help="override the (T, B) list, e.g. --sizes 128,4096 512,65536")
+    p.add_argument("--ceiling-mib", type=_nonnegative_int, default=None,
+                   help="buffer size of the bandwidth ceiling measurement (MiB)")
+    return p
+
+
+def estimators(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import estimators as b
+
+    args = estimators_parser().parse_args(argv)
+    sizes, reps, ceiling_mib = b.settings(args.quick, args.reps, args.sizes, args.ceiling_mib)
+
+    def bench() -> int:
+        rlax = b.load_rlax()
+        fns = b.build_functions(rlax)
+        names = list(fns)
+        _out(b.header(reps, rlax is not None))
+        ceiling = b.measure_ceiling(ceiling_mib * 2**20, reps=max(reps, 5))
+        ceiling_mts = ceiling / b.BYTES_PER_TRANSITION / 1e6
+        _out(b.ceiling_line(ceiling, ceiling_mib))
+        rows = b.run_sizes(fns, sizes, reps, progress=_out)
+        _out(b.format_table(rows, names, ceiling_mts))
+        _out(b.footer(rows, ceiling_mts, rlax is not None))
+        return 0
+
+    return bench
+
+
+# --------------------------------------------------------------------------------------
+# tabular
+# --------------------------------------------------------------------------------------
+
+
+def tabular_parser() -> Parser:
+    from vccc_jax.benchmarks import tabular as b
+
+    p = Parser(prog=f"{PROG} tabular", description=b.__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=_positive(int), default=5)
+    p.add_argument("--min-time", type=_positive(float), default=0.2,
+                   help="seconds per timing round")
+    p.add_argument("--small", action="store_true", help="tiny sizes (smoke test)")
+    return p
+
+
+def tabular(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import tabular as b
+
+    args = tabular_parser().parse_args(argv)
+    sizes = b.SMALL_SIZES if args.small else b.SIZES
+
+    def bench() -> int:
+        _out(b.header())
+        rows = b.run(sizes, repeats=args.repeats, min_time=args.min_time)
+        _out(b.format_rows(rows))
+        _out(b.footer())
+        return 0
+
+    return bench
+
+
+# --------------------------------------------------------------------------------------
+# train
+# --------------------------------------------------------------------------------------
+
+
+def train_parser() -> Parser:
+    from vccc_jax.benchmarks import train as b
+
+    p = Parser(prog=f"{PROG} train", description=b.__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=_positive(int), default=1,
+                   help="vmapped seeds per run (default 1)")
+    p.add_argument("--timesteps", type=_positive(int), default=500_000,
+                   help="env steps per seed")
+    p.add_argument("--repeats", type=_positive(int), default=5,
+                   help="round-robin rounds; each row's best run is kept")
+    p.add_argument("--rows", default=",".join(b.ROW_NAMES),
+                   help="comma-separated subset of: " + ",".join(b.ROW_NAMES))
+    p.add_argument("--actor", default="truncate", help="actor weight of our trainer rows")
+    return p
+
+
+def train(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import train as b
+    from vccc_jax.train.config import TrainConfig
+
+    args = train_parser().parse_args(argv)
+    wanted = b.select_rows(args.rows)
+    for name in wanted:  # the trainer's own validation, before anything compiles
+        if name != "reference":
+            TrainConfig(total_timesteps=args.timesteps, num_seeds=args.seeds, actor=args.actor,
+                        **b.ROWS[name])
+
+    def bench() -> int:
+        _out(b.header(args.timesteps, args.seeds, args.repeats))
+        prepared = b.prepare(wanted, args.seeds, args.timesteps, actor=args.actor,
+                             progress=_err)
+        results = b.time_rows(prepared, args.repeats)
+        _out(b.format_table(results))
+        tail = b.footer(results)
+        if tail:
+            _out(tail)
+        return 0
+
+    return bench
+
+
+# --------------------------------------------------------------------------------------
+# scale
+# --------------------------------------------------------------------------------------
+
+
+def scale_parser() -> Parser:
+    from vccc_jax.benchmarks import scale as b
+
+    p = Parser(prog=f"{PROG} scale", description=b.__doc__.split("\n\n")[0])
+    for flag, kind, default, help_ in b.FLAGS:
+        p.add_argument(flag, type=_positive(kind) if kind is int and default else kind,
+                       default=default, help=f"{help_} (default {default})")
+    p.add_argument("--fsdp", action="store_true", help="shard params over the data axis")
+    p.add_argument("--json", default=None, help="also write the rows as JSON to this path")
+    return p
+
+
+def scale(argv: list[str]) -> Callable[[], int]:
+    import jax
+
+    from vccc_jax.benchmarks import scale as b
+
+    args = scale_parser().parse_args(argv)
+    avail = jax.device_count()
+    try:
+        todo, skipped = b.plan(args, avail)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+    def bench() -> int:
+        import json
+
+        device = jax.devices()[0]
+        _out(b.header(args, avail, device, jax.process_count(), jax.__version__))
+        for line in skipped:
+            _err(line)
+        rows = [b.measure(args, regime, n, envs, progress=_err) for regime, n, envs in todo]
+        _out(b.format_table(rows))
+        _out(b.loops_footer(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(b.as_json(rows, args, device, jax.process_count(), jax.__version__),
+                          f, indent=1)
+        return 0
+
+    return bench
+
+
+BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale}
+
+
+@guarded("bench")
+def main(argv: Optional[list[str]] = None):
+    """``vccc bench NAME [ARGS]``; an unknown NAME: one line on stderr, exit status 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if not argv or argv[0] not in BENCHMARKS:
+        got = repr(argv[0]) if argv else "nothing"
+        return fail("bench", f"expected one of {', '.join(BENCHMARKS)}, got {got}")
+    return BENCHMARKS[argv[0]](argv[1:])

@@ -1,0 +1,149 @@
+"""``vccc figures``: run every notebook headless on stored results and write figures/.
+
+    vccc figures [--results results] [--out figures] [--gallery docs/figures] [--only NAME ...]
+    vccc figures --store results/tabular_default.jsonl --out figures   # one sweep store, directly
+
+Notebooks are jupytext percent scripts (``notebooks/*.py``) with a cell tagged
+``parameters`` (``results``, ``out``, ``gallery``); papermill injects the values, nbclient
+executes them (one kernel shared by all notebooks). Before that, the write-up's exact
+examples are stored under ``<results>/examples/`` (``runs.examples``; seconds, kept if
+present). A notebook whose results are absent draws nothing and says so.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from vccc_jax.commands.common import Parser, fail, guarded
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def notebooks(names: Optional[list[str]] = None, directory: Path = NOTEBOOK_DIR) -> list[Path]:
+    """The notebook scripts (all, or those whose stem is in ``names``)."""
+    found = sorted(directory.glob("*.py"))
+    if names:
+        unknown = set(names) - {p.stem for p in found}
+        if unknown:
+            raise ValueError(f"unknown notebook(s) {sorted(unknown)}; have {[p.stem for p in found]}")
+        found = [p for p in found if p.stem in names]
+    return found
+
+
+def load_notebook(path: Path, parameters: dict):
+    """Read a percent script as a notebook and inject ``parameters`` after its
+    ``parameters`` cell (papermill's convention)."""
+    import jupytext
+    from papermill.parameterize import parameterize_notebook
+
+    nb = jupytext.read(path)
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3",
+                                          "language": "python"})
+    nb.metadata.setdefault("language_info", {"name": "python"})
+    nb.metadata.setdefault("papermill", {})
+    for cell in nb.cells:  # papermill reads cell.metadata.tags on every cell
+        cell.metadata.setdefault("tags", [])
+    return parameterize_notebook(nb, parameters)
+
+
+def execute(nb, cwd: Path, km=None, timeout: int = 600):
+    """Execute ``nb`` in ``cwd``; with ``km`` (a started KernelManager) the kernel is reused
+    (its namespace is reset first) and left running."""
+    from nbclient import NotebookClient
+
+    if km is not None:
+        import nbformat
+
+        nb.cells.insert(0, nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(cwd)!r})"))
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", km=km,
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute(reset_kc=False) if km is not None else client.execute()
+    return nb
+
+
+def start_kernel():
+    """A started python3 kernel (the caller shuts it down: ``km.shutdown_kernel()``)."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel()
+    return km
+
+
+def run_notebooks(results: Path, out: Path, gallery: Optional[Path] = None,
+                  names: Optional[list[str]] = None, timeout: int = 600, km=None,
+                  write_examples: bool = True, log=print) -> dict:
+    """Store the exact examples (unless present), then execute each notebook with
+    ``results`` / ``out`` / ``gallery`` (absolute paths). Returns {stem: seconds}; a failing
+    notebook raises (nbclient's CellExecutionError names the cell)."""
+    results, out = results.resolve(), out.resolve()
+    if write_examples:
+        from vccc_jax.runs.examples import write_examples as store_examples
+
+        store_examples(results)
+    params = {"results": str(results), "out": str(out),
+              "gallery": str(gallery.resolve()) if gallery else ""}
+    own = km is None
+    km = start_kernel() if own else km
+    times = {}
+    try:
+        for path in notebooks(names):
+            t0 = time.time()
+            execute(load_notebook(path, params), path.parent, km=km, timeout=timeout)
+            times[path.stem] = time.time() - t0
+            log(f"{path.name}: ran in {times[path.stem]:.1f}s")
+    finally:
+        if own:
+            km.shutdown_kernel(now=True)
+    return times
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="vccc figures", description="run every notebook headless on stored results "
+               "and write PDF + PNG figures")
+    p.add_argument("--results", default="results", help="results directory (default: results)")
+    p.add_argument("--out", default="figures", help="output directory (default: figures)")
+    p.add_argument("--gallery", default=None,
+                   help="also write small README PNGs here (e.g. docs/figures)")
+    p.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                   help="run only these notebooks (stems of notebooks/*.py)")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per notebook cell")
+    p.add_argument("--store", default=None,
+                   help="draw the staleness-sweep figures of one store file directly (no notebooks)")
+    return p
+
+
+@guarded("figures")
+def main(argv: Optional[list[str]] = None):
+    from vccc_jax.runs.store import read_rows
+
+    args = build_parser().parse_args(argv)
+    if args.store is not None:
+        store = Path(args.store)
+        if not store.is_file():
+            return fail("figures", f"no result store at {store}")
+
+        def draw_store() -> int:
+            from vccc_jax import plotting
+
+            paths = plotting.make_figures(read_rows(store), Path(args.out) / store.stem)
+            print(f"{store}: {len(paths)} files in {Path(args.out) / store.stem}")
+            return 0 if paths else 1
+
+        return draw_store
+    results = Path(args.results)
+    if not results.is_dir():
+        return fail("figures", f"no results directory at {results}")
+    names = notebooks(args.only)  # unknown names -> ValueError -> one line, exit 2
+
+    def draw() -> int:
+        run_notebooks(results, Path(args.out), Path(args.gallery) if args.gallery else None,
+                      [p.stem for p in names], timeout=args.timeout)
+        written = sorted(Path(args.out).glob("*.png"))
+        print(f"{len(written)} figures (PNG + PDF) in {args.out}", file=sys.stdout)
+        return 0 if written else 1
+
+    return draw

@@ -1,0 +1,255 @@
+"""``vccc train``: the lagged actor-critic trainer on gymnax, one run or a grid.
+
+Single run (flags are TrainConfig fields)::
+
+    vccc train --env CartPole-v1 --lag geometric:8 --critic vccc --actor centered-mask --seeds 8
+
+Grid (``kind = "train"`` experiment; flags override its ``[base]``)::
+
+    vccc train --config experiments/train_lag_quick.toml --out results/train
+
+Scaling (issue 10; README "Scaling")::
+
+    vccc train ... --devices 8                      # (8, 1) mesh: envs over "data"
+    vccc train ... --mesh data=4,model=2 --fsdp     # params sharded over "data" too
+    vccc train ... --coordinator HOST:PORT --num-processes 2 --process-id I   # each host
+    vccc train ... --checkpoint-every 50 --resume   # orbax; continues bit for bit
+
+(``VCCC_COORDINATOR`` / ``VCCC_NUM_PROCESSES`` / ``VCCC_PROCESS_ID`` replace the three
+multi-host flags.) ``jax.distributed`` starts before the trainer is imported: gymnax builds
+arrays at import time, which would start a single-process backend.
+
+Outputs: ``runs.train`` (metrics.csv, summary.json, config.json, checkpoint/) plus
+curves.png per run, and for a grid a markdown table and ``<out>/<name>.png``; written by
+process 0 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from vccc_jax.commands.common import Parser, guarded
+
+ALIASES = {"num_seeds": ["--seeds"], "total_timesteps": ["--timesteps"]}
+SUMMARY_KEYS = ("final_return", "final_eval_return", "gt_mse", "gt_rel_err", "lag_mean", "ess")
+
+
+def _parse_value(text: str, default: Any):
+    if text.lower() in ("none", "null"):
+        return None
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
+    if isinstance(default, int):
+        return int(float(text))
+    if isinstance(default, float):
+        return float(text)
+    if default is None:  # Optional numeric fields
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+    return text
+
+
+def add_distributed_flags(p) -> None:
+    """--coordinator / --num-processes / --process-id (shared with ``vccc sweep``)."""
+    p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="jax.distributed coordinator (multi-host; env VCCC_COORDINATOR)")
+    p.add_argument("--num-processes", type=int, default=None,
+                   help="processes in a multi-host run (env VCCC_NUM_PROCESSES)")
+    p.add_argument("--process-id", type=int, default=None,
+                   help="this process's index, 0 writes the results (env VCCC_PROCESS_ID)")
+
+
+def add_mesh_flags(p) -> None:
+    """--devices / --mesh (shared with ``vccc sweep``)."""
+    p.add_argument("--devices", type=int, default=None,
+                   help="use the first N devices as an (N, 1) mesh (default: all devices)")
+    p.add_argument("--mesh", default=None, metavar="data=D,model=M",
+                   help="mesh shape over named axes (default: data=<devices>,model=1)")
+
+
+def start_distributed(argv: Optional[list[str]]) -> bool:
+    """Start ``jax.distributed`` from the multi-host flags (or VCCC_* variables) before
+    anything imports gymnax or creates an array. Returns whether it started."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        return False
+    pre = Parser(add_help=False)
+    add_distributed_flags(pre)
+    known, _ = pre.parse_known_args(argv)
+    from vccc_jax.train.sharding import initialize_distributed
+
+    return initialize_distributed(known.coordinator, known.num_processes, known.process_id)
+
+
+def mesh_of(args):
+    """The mesh of --mesh / --devices (ValueError: more devices than available, ...)."""
+    from vccc_jax.train.sharding import mesh_from_flags
+
+    if args.devices is not None and args.devices < 1:
+        raise ValueError(f"--devices must be >= 1, got {args.devices}")
+    return mesh_from_flags(args.mesh, args.devices)
+
+
+def build_parser() -> Parser:
+    from vccc_jax.envs.make import ENVS
+    from vccc_jax.train.config import TrainConfig
+    from vccc_jax.train.targets import CRITIC_TARGETS
+
+    p = Parser(
+        prog="vccc train",
+        description="Asynchronous actor-critic with simulated policy lag on gymnax "
+        f"({', '.join(ENVS)}). Critics: {', '.join(sorted(CRITIC_TARGETS))}. Actors: "
+        "[centered-]ratio|truncate|mask. Lags: fixed:L uniform:M geometric:m zipf:a "
+        "trace:l0,l1,...",
+    )
+    p.add_argument("--config", help="experiment .toml (kind = \"train\": base + grid)")
+    p.add_argument("--out", help="output directory (default results/train/...)")
+    p.add_argument("--chunk", type=int, default=0,
+                   help="updates per jitted call (progress granularity; 0: about 20 calls)")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="also checkpoint every N updates (0: only the final state)")
+    p.add_argument("--keep", type=int, default=3, help="checkpoints kept (the latest N)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in <out>/checkpoint (bit for bit)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard params and optimiser states over \"data\" (largest dimension)")
+    add_mesh_flags(p)
+    add_distributed_flags(p)
+    p.add_argument("--no-figure", action="store_true", help="skip the PNG figure")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default
+        flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
+        p.add_argument(*flags, dest=f.name, default=None,
+                       type=lambda t, d=default: _parse_value(t, d),
+                       help=f"(default {default})")
+    return p
+
+
+def _overrides(args) -> dict:
+    from vccc_jax.train.config import TrainConfig
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    return {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+
+@guarded("train")
+def main(argv: Optional[list[str]] = None):
+    from vccc_jax.runs import schema
+    from vccc_jax.runs import train as runs_train
+
+    start_distributed(argv)  # first: before gymnax is imported (build_parser imports it)
+    args = build_parser().parse_args(argv)
+    if args.keep < 1 or args.checkpoint_every < 0:
+        raise ValueError("--keep must be >= 1 and --checkpoint-every >= 0")
+    args.mesh_obj = mesh_of(args)
+    overrides = _overrides(args)
+    exp = schema.load(args.config) if args.config else None
+    if exp is not None and exp.kind != "train":
+        raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with `vccc sweep`, not `vccc train`")
+    if exp is not None and exp.grid.axes:
+        cells = runs_train.cells(exp, overrides)
+        from vccc_jax.train.sharding import check_divisible
+
+        for c in cells:
+            check_divisible(c.num_envs, args.mesh_obj)
+        out = Path(args.out) if args.out else Path("results") / "train"
+        return lambda: _grid(exp.name, cells, out, args)
+    fields = dict(exp.base if exp is not None else {}, **overrides)
+    cfg = runs_train.config_from(fields, exp.path if exp is not None else "train flags")
+    out = Path(args.out) if args.out else runs_train.default_out(cfg)
+    from vccc_jax.train.sharding import check_divisible
+
+    check_divisible(cfg.num_envs, args.mesh_obj)
+    if args.resume:
+        runs_train.check_resume(cfg, out)
+    return lambda: _single(cfg, out, args)
+
+
+def _single(cfg, out: Path, args) -> int:
+    from vccc_jax.runs.distributed import is_main
+    from vccc_jax.runs.train import run_one
+
+    summary, rows = run_one(cfg, out, chunk=args.chunk, checkpoint_every=args.checkpoint_every,
+                            resume=args.resume, quiet=args.quiet, mesh=args.mesh_obj,
+                            fsdp=args.fsdp, keep=args.keep)
+    if not is_main():
+        return 0
+    if not args.no_figure:
+        from vccc_jax import plotting
+
+        plotting.plot_learning_curves(
+            rows, out / "curves.png",
+            f"{cfg.env}  lag {cfg.lag}  critic {cfg.critic}  actor {cfg.actor}"
+            f"  ({cfg.num_seeds} seeds)")
+    for k in SUMMARY_KEYS:
+        if k in summary:
+            print(f"{k:>18}: {summary[k]['mean']:.4g} ± {summary[k]['ci95']:.2g} (95% CI)")
+    print(f"results: {out}")
+    return 0
+
+
+def _grid(name: str, cells: list, out: Path, args) -> int:
+    from vccc_jax.analysis.train import format_grid_table, format_whole_run_table
+    from vccc_jax.runs.distributed import is_main
+    from vccc_jax.runs.train import run_grid, whole_run_results
+
+    def on_cell(i, n, cfg):
+        if not args.quiet and is_main():
+            print(f"[{i + 1}/{n}] {cfg.env} lag={cfg.lag} critic={cfg.critic} "
+                  f"actor={cfg.actor} seeds={cfg.num_seeds}", file=sys.stderr, flush=True)
+
+    results = run_grid(name, cells, out, quiet=args.quiet or not is_main(), on_cell=on_cell,
+                       mesh=args.mesh_obj, fsdp=args.fsdp)
+    if not is_main():
+        return 0
+    print(format_grid_table(results))
+    print("\nWhole run (AUC = mean over every ground-truth update; @25/@50/@100 = value at "
+          "that share of the run; mean ± 95% t half-width over seeds):")
+    print(format_whole_run_table(whole_run_results(name, cells, out)))
+    if not args.no_figure:
+        from vccc_jax import plotting
+
+        path = plotting.plot_lag_sweep(results, out / f"{name}.png", name)
+        print(f"figure: {path}")
+        path = _error_curves(name, cells, out)
+        if path:
+            print(f"figure: {path}")
+    return 0
+
+
+def _error_curves(name: str, cells: list, out: Path):
+    """``<out>/<name>_error_curves.png``: critic error vs update over the whole run (exact
+    error vs V^{pi_k} when the env has exact values, else Monte-Carlo MAE), one panel per
+    lag (and sampler / env), one band per critic (plotting.train.error_curves)."""
+    from vccc_jax.analysis.train import cell_label
+    from vccc_jax.plotting.train import error_curves
+    from vccc_jax.runs.store import cell_id
+    from vccc_jax.runs.train import read_csv
+
+    by = {}
+    for cfg in cells:
+        path = out / name / cell_id(cfg.to_dict()) / "metrics.csv"
+        if path.exists():
+            panel = " ".join(x for x in (cfg.lag, cfg.sampler,
+                                         "" if cfg.env.startswith(("tabular", "token"))
+                                         else cfg.env) if x)
+            by[(panel, cell_label(cfg.to_dict()))] = read_csv(path)
+    if not by:
+        return None
+    first = next(iter(by.values()))[0]
+    key = "exact_err_pi" if "exact_err_pi" in first else "gt_mae"
+    fig = error_curves(by, key, title=f"{name}: {key} over the whole run")
+    path = out / f"{name}_error_curves.png"
+    fig.savefig(path, dpi=110)
+    return path

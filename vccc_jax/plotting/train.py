@@ -1,0 +1,193 @@
+"""Figures of neural training runs: learning curves and the grid's lag sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from vccc_jax.analysis.stats import mean_ci
+from vccc_jax.analysis.train import gt_curve, metric_column
+from vccc_jax.plotting.style import (
+    ALIASES,
+    FLOOR,
+    METHODS,
+    figsize,
+    legend_below,
+    method_style,
+    stats_note,
+    styled,
+)
+
+ERROR_LABELS = {
+    "gt_rel_err": r"critic $|V - V^{\pi_k}| / |V^{\pi_k}|$ (MC truth)",
+    "exact_err_pi": r"critic RMSE to $V^{\pi_k}$",
+    "exact_err_mix": r"critic RMSE to $V^{mix}$",
+    "exact_rel_err_pi": r"critic relative error to $V^{\pi_k}$",
+    "exact_rel_err_mix": r"critic relative error to $V^{mix}$",
+    "exact_grad_rel_bias": "relative actor-gradient bias",
+    "exact_gap": r"$\|V^{\pi_k} - V^{mix}\|$",
+}
+
+
+def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
+    """Return, critic error vs ground truth and ESS vs env steps; mean and 95% CI over seeds."""
+    steps = np.array(sorted({r["env_steps"] for r in rows}), np.float64)
+    panels = [("return", "behaviour return"), ("eval_return", "current-policy return"),
+              ("gt_mse", "critic MSE vs MC V^pi"), ("ess", "ESS fraction")]
+    panels = [(k, lab) for k, lab in panels if np.any(np.isfinite(metric_column(rows, k)))]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
+    for ax, (key, label) in zip(axes[0], panels):
+        y = metric_column(rows, key)
+        have = np.any(np.isfinite(y), axis=1)
+        mean, half = mean_ci(y[have], axis=1)
+        x = steps[have]
+        ax.plot(x, mean, lw=1.5, marker="o" if have.sum() < 40 else None, ms=3)
+        ax.fill_between(x, mean - half, mean + half, alpha=0.25)
+        ax.set_xlabel("env steps")
+        ax.set_title(label, fontsize=10)
+        if key == "gt_mse":
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_lag_sweep(cells: list[dict], path: Path, title: str = "") -> Path:
+    """Return and critic error vs mean lag, one line per critic, one column per env.
+
+    ``cells``: [{"config": TrainConfig dict, "summary": summarize(...)}].
+    """
+    envs = sorted({c["config"]["env"] for c in cells})
+    critics = sorted({c["config"]["critic"] for c in cells})
+    metrics = [("final_eval_return", "current-policy return"),
+               ("final_return", "behaviour return"),
+               ("gt_rel_err", "critic |V - V^pi| / |V^pi|")]
+    metrics = [m for m in metrics if any(m[0] in c["summary"] for c in cells)]
+    fig, axes = plt.subplots(len(metrics), len(envs), figsize=(4.5 * len(envs), 3.0 * len(metrics)),
+                             squeeze=False)
+    for j, env in enumerate(envs):
+        for i, (key, label) in enumerate(metrics):
+            ax = axes[i, j]
+            for critic in critics:
+                pts = sorted(
+                    (c["summary"]["lag_mean"]["mean"], c["summary"][key]["mean"],
+                     c["summary"][key]["ci95"])
+                    for c in cells
+                    if c["config"]["env"] == env and c["config"]["critic"] == critic
+                    and key in c["summary"]
+                )
+                if not pts:
+                    continue
+                x, y, e = map(np.asarray, zip(*pts))
+                ax.errorbar(x, y, yerr=e, marker="o", ms=4, capsize=3, label=critic)
+            ax.set_xscale("symlog", linthresh=1.0)
+            ax.set_xlabel("mean lag (updates)")
+            ax.set_title(f"{env}: {label}", fontsize=9)
+            if key == "gt_rel_err":
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _panels(rows_by_label: dict) -> dict:
+    """{panel: {label: rows}} from {(panel, label): rows} or {label: rows} (one panel)."""
+    out: dict = {}
+    for k, rows in rows_by_label.items():
+        panel, label = k if isinstance(k, tuple) else ("", k)
+        out.setdefault(panel, {})[label] = rows
+    return out
+
+
+def _band(ax, rows, key, color, **kw):
+    """Mean over seeds and its 95% t band at the ground-truth updates; returns n seeds."""
+    upd, g = gt_curve(rows, key)
+    if g.size == 0:
+        return 0
+    mean, half = mean_ci(g, axis=1)
+    half = np.nan_to_num(half)
+    ax.plot(upd, np.maximum(mean, FLOOR), color=color, **kw)
+    ax._vccc_means = getattr(ax, "_vccc_means", []) + [m for m in mean if np.isfinite(m) and m > 0]
+    ax.fill_between(upd, np.maximum(mean - half, FLOOR), np.maximum(mean + half, FLOOR), color=color,
+                    alpha=0.18, lw=0)
+    return int(np.isfinite(g).any(axis=0).sum())
+
+
+@styled
+def error_curves(rows_by_label: dict, key: str = "exact_err_pi", *, gap: str = "pooled",
+                 log: bool = True, ncols: int | None = None, title: str = ""):
+    """Critic error vs update, one line per critic (mean over seeds, 95% t band), one panel
+    per lag, with the exact gap ``exact_gap`` = ||V^{pi_k} - V^{mix}|| (the distance between
+    the current policy's value and the replay mixture's) as a dashed reference.
+
+    ``rows_by_label``: ``{(panel, label): metrics.csv rows}`` (panel: e.g. the lag "fixed:8";
+    label: a critic / cell label, its first word picks the colour via ``method_style``, e.g.
+    ``"truncated c=2"`` is drawn in truncated's colour) or ``{label: rows}`` for one panel.
+    ``gap``: "pooled" (one black dashed line per panel: mean over every run in it), "per_method"
+    (a thin dashed line in each critic's colour) or "none". Returns the figure (``publish`` it)."""
+    if gap not in ("pooled", "per_method", "none"):
+        raise ValueError(f"gap must be 'pooled', 'per_method' or 'none', got {gap!r}")
+    panels = _panels(rows_by_label)
+    ncols = ncols or min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    width = "one" if ncols == 1 else "two"
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize(width, 2.3 * nrows + 0.6), squeeze=False,
+                             sharey=True, layout="constrained")
+    n = 0
+    handles: dict = {}
+    for ax, (panel, by_label) in zip(axes.ravel(), panels.items()):
+        for label, rows in by_label.items():
+            name, _, rest = str(label).partition(" ")
+            st = method_style(name)
+            shown = st.label + (f" {rest}" if rest else "") if name in _known() else str(label)
+            n = max(n, _band(ax, rows, key, st.color, label=shown))
+            if gap == "per_method" and key != "exact_gap" and "exact_gap" in rows[0]:
+                _band(ax, rows, "exact_gap", st.color, ls="--", lw=0.8)
+        if gap == "pooled" and key != "exact_gap":
+            pooled = [r for rows in by_label.values() if "exact_gap" in rows[0]
+                      for r in _reseed(rows, by_label)]
+            if pooled:
+                _band(ax, pooled, "exact_gap", "#000000", ls="--", lw=1.0,
+                      label=ERROR_LABELS["exact_gap"] + " (all runs)")
+        if log:
+            ax.set_yscale("log")
+            means = getattr(ax, "_vccc_means", [])
+            if means:  # a t band reaching 0 runs off the bottom instead of to 1e-16
+                ax.set_ylim(bottom=0.5 * min(means), top=2.0 * max(means))
+        ax.set_title(str(panel) if panel != "" else "")
+        ax.set_xlabel("update")
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ERROR_LABELS.get(key, key))
+    gap_txt = "" if gap == "none" or key == "exact_gap" else "; dashed: exact gap $V^{\\pi_k}$ vs $V^{mix}$"
+    fig.suptitle((title + "\n" if title else "")
+                 + stats_note(n, "seeds", "mean, 95% t band") + gap_txt)
+    legend_below(fig, handles=list(handles.values()), labels=list(handles),
+                 ncol=min(4 if ncols > 1 else 2, len(handles)))
+    return fig
+
+
+def _known():
+    return set(METHODS) | set(ALIASES)
+
+
+def _reseed(rows: list[dict], by_label: dict) -> list[dict]:
+    """Rows of one run with seeds renumbered so pooled runs do not collide on (update, seed)."""
+    offset = 0
+    for other in by_label.values():
+        if other is rows:
+            break
+        offset += len({r["seed"] for r in other})
+    return [dict(r, seed=r["seed"] + offset) for r in rows]

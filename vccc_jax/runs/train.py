@@ -1,0 +1,291 @@
+"""``vccc train`` runs: one lagged actor-critic configuration, or a grid of them.
+
+:func:`run_one` trains one ``TrainConfig`` (all its seeds vmapped) and writes ``<out>/``:
+
+    metrics.csv   tidy table, one row per (update, seed): env_steps, return, lag_mean, ESS,
+                  clip rates (overall and clip_frac_lag<j>), log-ratio quantiles, KL(pi||mu),
+                  losses, and at ground-truth updates the critic error vs MC V^{pi_k}
+    summary.json  per-seed summaries with 95% confidence intervals across seeds
+                  (``analysis.train.summarize``)
+    config.json   the frozen TrainConfig + provenance (git revision, package versions)
+    checkpoint/   orbax CheckpointManager: ``<update>/state`` (the sharded TrainState) and
+                  ``<update>/meta`` (config, update, metric rows); saved every
+                  ``checkpoint_every`` updates and at the end, the last ``keep`` kept;
+                  ``resume`` continues from the latest bit for bit (``train.checkpoint``)
+
+:func:`run_grid` runs the cells of a ``kind = "train"`` experiment (:func:`cells`: the
+product of its ``[grid]`` over its ``[base]``) one after the other into
+``<out>/<name>/<cell id>/`` with one summary row per cell in the resumable result store
+``<out>/<name>.jsonl`` (a rerun skips finished cells).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vccc_jax.analysis.train import summarize, whole_run_summary
+from vccc_jax.runs.distributed import agree, is_main, open_store
+from vccc_jax.runs.grid import product
+from vccc_jax.runs.progress import Progress
+from vccc_jax.runs.provenance import provenance
+from vccc_jax.runs.schema import ConfigError, Experiment
+from vccc_jax.runs.store import cell_id
+from vccc_jax.train.config import TrainConfig
+
+QUANTILE_NAMES = ("q01", "q10", "q50", "q90", "q99")
+
+
+def cells(exp: Experiment, overrides: dict | None = None) -> list[TrainConfig]:
+    """The TrainConfigs of a ``train`` experiment: ``base`` updated by ``overrides`` (flags),
+    then every point of ``grid`` (:func:`runs.grid.product`, in file order)."""
+    if exp.kind != "train":
+        raise ConfigError(f"{exp.path}: kind {exp.kind!r} is not a train experiment")
+    base = dict(exp.base)
+    base.update(overrides or {})
+    return [config_from(dict(base, **point), exp.path) for point in product(exp.grid.axes)]
+
+
+def config_from(fields: dict, where: str = "train config") -> TrainConfig:
+    """``TrainConfig.from_dict`` with errors (unknown field, bad value) naming the input."""
+    try:
+        cfg = TrainConfig.from_dict(fields)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+    from vccc_jax.envs.make import make_env
+    from vccc_jax.train.targets import CRITIC_TARGETS
+
+    if cfg.critic not in CRITIC_TARGETS:
+        raise ConfigError(f"{where}: unknown critic {cfg.critic!r} (known: "
+                          f"{', '.join(sorted(CRITIC_TARGETS))})")
+
+    try:  # gymnax names, DeepSea-bsuite:N, tabular:..., token:... (envs.make)
+        make_env(cfg.env)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e} (e.g. CartPole-v1, tabular:family=garnet,S=8, "
+                          "token:V=64,H=16)") from None
+    return cfg
+
+
+def metrics_to_rows(metrics: dict, config: TrainConfig, start_update: int = 0) -> list[dict]:
+    """Metrics [U, S, ...] -> one dict per (update, seed); vector metrics get one column each."""
+    m = {k: np.asarray(v) for k, v in metrics.items()}
+    num_updates, num_seeds = next(iter(m.values())).shape[:2]
+    rows = []
+    for u in range(num_updates):
+        update = start_update + u
+        for s in range(num_seeds):
+            row = {"update": update, "seed": s,
+                   "env_steps": (update + 1) * config.batch_size}
+            for k, v in m.items():
+                x = v[u, s]
+                if x.ndim == 0:
+                    row[k] = x.item()
+                elif k == "log_rho_q":
+                    row.update({f"log_rho_{q}": float(xi) for q, xi in zip(QUANTILE_NAMES, x)})
+                elif k == "clip_frac_by_lag":
+                    row.update({f"clip_frac_lag{j}": float(xi) for j, xi in enumerate(x)})
+                elif k == "count_by_lag":
+                    row.update({f"count_lag{j}": int(xi) for j, xi in enumerate(x)})
+                else:
+                    row.update({f"{k}{j}": float(xi) for j, xi in enumerate(x)})
+            rows.append(row)
+    return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    if not rows:
+        return
+    fields = list(rows[0])
+    tmp = Path(str(path) + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for r in rows:
+        conv = {}
+        for k, v in r.items():
+            try:
+                conv[k] = int(v) if k in ("update", "seed", "env_steps") else float(v)
+            except ValueError:
+                conv[k] = v
+        out.append(conv)
+    return out
+
+
+def default_out(cfg: TrainConfig) -> Path:
+    name = f"{cfg.env}_{cfg.lag}_{cfg.critic}_{cfg.actor}_s{cfg.num_seeds}".replace(":", "-")
+    return Path("results") / "train" / name.replace("/", "-").replace(",", "-")
+
+
+def _chunk_size(num_updates: int, requested: int, checkpoint_every: int) -> int:
+    """Updates per jitted call; a divisor of num_updates when possible (one compile), and a
+    divisor of ``checkpoint_every`` so every scheduled checkpoint falls on a call boundary."""
+    if requested > 0:
+        size = requested
+    else:
+        target = max(1, num_updates // 20)
+        divisors = [d for d in range(1, target + 1) if num_updates % d == 0]
+        size = divisors[-1] if divisors and divisors[-1] * 4 >= target else target
+    if checkpoint_every > 0:
+        size = max(d for d in range(1, min(size, checkpoint_every) + 1)
+                   if checkpoint_every % d == 0)
+    return max(1, min(size, num_updates))
+
+
+def checkpoint_meta(cfg: TrainConfig, update: int, rows: list[dict]) -> dict:
+    """What a checkpoint's meta holds: the config (resume refuses another one), the number
+    of updates done, and the metric rows so far (so a resumed table is exact)."""
+    return {"config": cfg.to_dict(), "update": int(update), "rows": rows}
+
+
+def check_resume(cfg: TrainConfig, out: Path) -> None:
+    """Raise ConfigError if ``<out>/checkpoint`` holds a checkpoint of another config."""
+    from vccc_jax.train import checkpoint as ck
+
+    ckpt_dir = Path(out) / "checkpoint"
+    if not ckpt_dir.is_dir():
+        return
+    mngr = ck.manager(ckpt_dir, async_save=False)
+    try:
+        step = ck.latest_step(mngr)
+        if step is not None and ck.read_meta(mngr, step).get("config") != cfg.to_dict():
+            raise ConfigError(f"--resume: {ckpt_dir} was written by a different config")
+    finally:
+        mngr.close()
+
+
+def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: int = 0,
+            resume: bool = False, quiet: bool = False, mesh=None, fsdp: bool = False,
+            keep: int = 3) -> tuple[dict, list[dict]]:
+    """Train one configuration (all its seeds) over ``mesh`` and write the run directory.
+
+    ``mesh``: a ``train.sharding`` mesh (None: all devices, ``(n, 1)``); every process of a
+    multi-host run calls this with the same arguments, process 0 writes the files.
+    Checkpoints: orbax ``<out>/checkpoint/<update>/`` every ``checkpoint_every`` updates and
+    at the end, the last ``keep`` kept; ``resume`` continues from the latest one bit for bit
+    (state and metric rows, which travel in the checkpoint meta).
+    Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
+    import jax
+
+    from vccc_jax.train import checkpoint as ck
+    from vccc_jax.train import sharding as sh
+    from vccc_jax.train.trainer import Trainer
+
+    out = Path(out)
+    main = is_main()
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+    st = sh.ShardedTrainer(Trainer(cfg), mesh if mesh is not None else sh.make_mesh(),
+                           fsdp=fsdp)
+    trainer = st.trainer
+    total = trainer.num_updates
+    mngr = ck.manager(out / "checkpoint", keep=keep, every=checkpoint_every or total)
+    rows: list[dict] = []
+    start = ck.latest_step(mngr) if resume else None
+    if start is None:
+        start, state = 0, st.init()
+    else:
+        state, meta = ck.restore(mngr, st.abstract_state, st.shardings, step=start)
+        if meta.get("config") != cfg.to_dict():
+            mngr.close()
+            raise ValueError(f"--resume: {out / 'checkpoint'} was written by a different config")
+        rows = list(meta["rows"])
+    if main:
+        (out / "config.json").write_text(json.dumps(
+            {"config": cfg.to_dict(), "num_updates": total,
+             "num_versions": trainer.num_versions,
+             "mean_lag_law": cfg.lag_law.mean(trainer.num_versions),
+             "gt_horizon": trainer.gt_horizon, "devices": st.mesh.devices.size,
+             "mesh": dict(st.mesh.shape), "fsdp": fsdp, "processes": jax.process_count(),
+             "provenance": provenance()}, indent=1))
+    size = _chunk_size(total, chunk, checkpoint_every)
+    progress = None
+    if not quiet and main:
+        progress = Progress(total, done=start, label="updates", min_interval=10.0)
+    t0 = time.time()
+    t_first, steps_after_first = None, 0  # throughput excludes the first call (compile)
+    update = start
+    while update < total:
+        n = min(size, total - update)
+        state, metrics = st.train(state, n, start=update)  # donates state
+        metrics = jax.device_get(metrics)
+        rows.extend(metrics_to_rows(metrics, cfg, update))
+        update += n
+        if t_first is None:
+            t_first = time.time()
+        else:
+            steps_after_first += n * cfg.batch_size * cfg.num_seeds
+        # every process takes part in the save (each writes the shards it owns)
+        if ck.save(mngr, update, state, checkpoint_meta(cfg, update, rows),
+                   force=update == total) and main:
+            write_csv(rows, out / "metrics.csv")
+        if progress is not None:
+            ret = np.nanmean(np.asarray(metrics["return"])[-1])
+            note = f"return {ret:7.1f}"
+            if steps_after_first:
+                rate = steps_after_first / max(time.time() - t_first, 1e-9)
+                note += f"  {rate / 1e3:6.1f}k steps/s"
+            else:
+                note += f"  (compiled + first {n} updates in {t_first - t0:.1f}s)"
+            progress.advance(n, note=note)
+    if progress is not None:
+        progress.close()
+    ck.wait(mngr)
+    mngr.close()
+    summary = summarize(rows)
+    summary["wall_seconds"] = {"mean": time.time() - t0, "ci95": 0.0, "per_seed": []}
+    if main:
+        write_csv(rows, out / "metrics.csv")
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary, rows
+
+
+def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = False,
+             on_cell=None, mesh=None, fsdp: bool = False) -> list[dict]:
+    """Run every cell (see :func:`cells`) into the resumable store ``<out>/<name>.jsonl``
+    (written by process 0; :mod:`runs.distributed`); ``on_cell(i, n, cfg)`` is called
+    before a cell is computed. Returns ``[{"config", "summary"}]`` in cell order."""
+    store_path = out / f"{name}.jsonl"
+    results = []
+    with open_store(store_path) as store:
+        ids = [cell_id(cfg.to_dict()) for cfg in cells]
+        todo = agree([not store.has(cid) for cid in ids])
+        for i, (cfg, cid, run) in enumerate(zip(cells, ids, todo)):
+            cell = cfg.to_dict()
+            if not run:
+                results.append({"config": cell, "summary": store.row(cid)["metrics"]})
+                continue
+            if on_cell is not None:
+                on_cell(i, len(cells), cfg)
+            t0 = time.time()
+            summary, _ = run_one(cfg, out / name / cid, quiet=quiet, mesh=mesh, fsdp=fsdp)
+            store.append({"id": cid, "cell": cell, "metrics": summary,
+                          "meta": {"seconds": time.time() - t0, **provenance()}})
+            results.append({"config": cell, "summary": summary})
+    return results
+
+
+def whole_run_results(name: str, cells: list[TrainConfig], out: Path) -> list[dict]:
+    """``[{"config", "summary": whole_run_summary}]`` of the grid's finished cells, read from
+    their ``<out>/<name>/<cell id>/metrics.csv`` (critic error over the WHOLE run: AUC and
+    fixed checkpoints, issue 11 section 3)."""
+    results = []
+    for cfg in cells:
+        path = out / name / cell_id(cfg.to_dict()) / "metrics.csv"
+        if path.exists():
+            results.append({"config": cfg.to_dict(),
+                            "summary": whole_run_summary(read_csv(path))})
+    return results

@@ -1,0 +1,302 @@
+"""The trainer's learner (PureJaxRL-style): epochs x minibatches of actor and critic steps.
+
+:class:`Batch` is one update's flattened learner batch ([T * B, ...] rows: observations,
+actions, behaviour / proximal log-probs, advantages, critic targets, sample weights).
+:class:`Learner` is a mixin of :class:`vccc_jax.train.trainer.Trainer` (it reads the
+trainer's config, networks, optimisers and ``constrain`` hook) with the two protocols:
+
+* :meth:`Learner.prepare`: Vbar on s_t / s_{t+1}, log-ratios, critic targets
+  (``train.targets``) and actor advantages of one trajectory (:class:`Prepared`).
+* :meth:`Learner._learn` (default): joint minibatch steps of the actor loss
+  (``estimators.actor.policy_loss``: weight kind ratio / truncate / mask, PPO clip against
+  pi_old, Eq 13 centring) + vf_coef x the critic loss 0.5 (V(s) - sg[y])^2 (Eq 7) - ent_coef
+  x entropy; separate Adam optimisers.
+* :meth:`Learner._learn_critic_first` (issue 11 §2): critic (and b_psi) epochs first, then the
+  actor's advantages recomputed with the updated critic and actor-only epochs.
+
+The learned baseline head b_psi (``baseline="learned"``) regresses toward Eq 9's b* in
+:meth:`Learner._baseline_step`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from vccc_jax.envs import rollout as rollout_lib
+from vccc_jax.estimators import actor as actor_lib
+from vccc_jax.estimators import importance
+from vccc_jax.estimators.types import Transitions
+from vccc_jax.train.targets import TargetInputs, gae_advantages
+
+Array = chex.Array
+
+__all__ = ["Batch", "Learner", "Prepared", "wmean"]
+
+
+class Prepared(NamedTuple):
+    """What the learner needs from one trajectory (all [T, B])."""
+
+    inputs: TargetInputs
+    targets: Array
+    advantages: Array
+    log_pi_old: Array  # log pi_k(a_t|s_t)
+    log_mu: Array  # behaviour log-probs used by the actor (= log_pi_old if not correct)
+    bstar_h: Optional[Array] = None  # r + gamma Vbar(s') (H of Eq 9), for the b_psi head
+
+
+class Batch(NamedTuple):
+    """One update's learner batch, rows [n = T * B, ...] (minibatches: [mb, ...])."""
+
+    obs: Array
+    action: Array
+    log_mu: Array
+    log_pi_old: Array
+    log_mu_all: Array
+    log_pi_old_all: Array
+    advantages: Array
+    targets: Array
+    critic_w: Optional[Array] = None  # sample weights (replay validity); None: all 1
+    actor_w: Optional[Array] = None  # critic_w x is_action (tool steps: no actor gradient)
+    log_rho: Optional[Array] = None  # b_psi head (Eq 9): log rho and H per sample
+    bstar_h: Optional[Array] = None
+
+
+def wmean(x: Array, w: Optional[Array]) -> Array:
+    """mean(x), or the w-weighted mean when sample weights are given."""
+    if w is None:
+        return jnp.mean(x)
+    return jnp.sum(w * x) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+
+
+class Learner:
+    """Mixin: the learner of :class:`~vccc_jax.train.trainer.Trainer` (see module docstring)."""
+
+    # -- targets and advantages ----------------------------------------------------------
+    def prepare(self, traj: rollout_lib.Trajectory, vbar_params, baseline_params=None) -> "Prepared":
+        """Vbar on s_t / s_{t+1}, log-ratios, critic targets and actor advantages.
+
+        next_values[t] = Vbar(final_obs[t]): the observation the step produced before any
+        auto-reset, so a time-limit cut bootstraps from the state it actually reached;
+        discounts are 0 only where the step terminated (or the env's own per-step
+        discounts: token env tool steps). ``baseline_params``: the learned b_psi head
+        (``baseline="learned"``), whose b(s_t) is the baseline of vccc / *_baseline targets.
+        """
+        cfg = self.config
+        T = traj.reward.shape[0]
+        both = self.critic_values(vbar_params, jnp.concatenate([traj.obs, traj.final_obs], 0))
+        values, next_values = both[:T], both[T:]
+        log_pi_old = jnp.take_along_axis(traj.log_pi_all, traj.action[..., None], -1)[..., 0]
+        if cfg.correct:
+            log_mu, log_mu_all = traj.log_mu, traj.log_mu_all
+        else:  # pretend on-policy: the uncorrected learner
+            log_mu, log_mu_all = log_pi_old, traj.log_pi_all
+        inputs = TargetInputs(
+            transitions=Transitions(
+                rewards=traj.reward,
+                discounts=traj.discounts(cfg.gamma),
+                values=values,
+                next_values=next_values,
+                log_rhos=log_pi_old - log_mu,
+            ),
+            truncated=traj.truncated,
+            log_mu_all=log_mu_all,
+            log_pi_all=traj.log_pi_all,
+            baseline=self._baseline(values, traj.obs, baseline_params),
+            is_action=traj.is_action,
+        )
+        out = self.target_fn(inputs, cfg)
+        if cfg.advantage == "target":
+            advantages = out.advantages
+        elif cfg.critic == "gae" and cfg.vtrace_n is None and cfg.critic_lambda is None:
+            advantages = out.advantages
+        else:
+            advantages = gae_advantages(inputs, cfg.gae_lambda)
+        bstar_h = None
+        if self.baseline_net is not None:  # H = r + gamma Vbar(s') of Eq 9
+            t = inputs.transitions
+            bstar_h = jax.lax.stop_gradient(t.rewards + t.discounts * t.next_values)
+        return Prepared(inputs, jax.lax.stop_gradient(out.targets),
+                        jax.lax.stop_gradient(advantages), log_pi_old, log_mu, bstar_h)
+
+    def _baseline(self, values, obs, baseline_params):
+        cfg = self.config
+        if cfg.baseline == "value":
+            return values
+        if cfg.baseline == "zero":
+            return jnp.zeros_like(values)
+        if baseline_params is None:
+            raise ValueError("baseline='learned' needs the b_psi params (TrainState.baseline_params)")
+        return jax.lax.stop_gradient(self.baseline_net.apply(baseline_params, obs))
+
+    # -- minibatch losses and steps --------------------------------------------------------
+
+    def _actor_loss(self, actor_params, mb_: Batch):
+        """PPO-style actor loss (weights / clip / Eq 13 centring) on one minibatch; samples
+        with ``actor_w`` = 0 (tool steps, empty replay slots) carry no gradient."""
+        cfg = self.config
+        w = mb_.actor_w
+        logits = self.actor_logits(actor_params, mb_.obs)
+        log_pi_all = jax.nn.log_softmax(logits, axis=-1)
+        log_pi = jnp.take_along_axis(log_pi_all, mb_.action[:, None], -1)[:, 0]
+        adv = mb_.advantages
+        if cfg.normalize_advantages:
+            if w is None:
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            else:
+                mean = wmean(adv, w)
+                adv = (adv - mean) / (jnp.sqrt(wmean(jnp.square(adv - mean), w)) + 1e-8)
+        scale = 1.0
+        if w is not None:  # policy_loss is a plain mean: zero the masked terms, renormalise
+            adv = adv * w
+            scale = w.shape[0] / jnp.maximum(jnp.sum(w), 1.0)
+        centering = None
+        if self.centered:
+            centering = actor_lib.centering_term(
+                log_pi_all, mb_.log_mu_all, kind=self.actor_kind,
+                clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
+                log_pi_old_all=mb_.log_pi_old_all)
+        pg_loss = actor_lib.policy_loss(
+            log_pi, mb_.log_mu, adv, kind=self.actor_kind,
+            clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
+            ppo_epsilon=cfg.ppo_epsilon, log_pi_old=mb_.log_pi_old, centering=centering)
+        if w is not None:
+            pg_loss = pg_loss * scale
+        if w is None:
+            entropy = -jnp.mean(jnp.sum(jnp.exp(log_pi_all) * log_pi_all, axis=-1))
+        else:
+            entropy = wmean(-jnp.sum(jnp.exp(log_pi_all) * log_pi_all, axis=-1), w)
+        log_r = log_pi - mb_.log_pi_old
+        approx_kl = wmean(jnp.exp(log_r) - 1.0 - log_r, w)
+        ppo_clip = (wmean((jnp.abs(jnp.exp(log_r) - 1.0) > cfg.ppo_epsilon)
+                           .astype(jnp.float32), w) if cfg.ppo_epsilon is not None
+                    else jnp.zeros((), jnp.float32))
+        return pg_loss, entropy, approx_kl, ppo_clip
+
+    def _critic_loss(self, critic_params, mb_: Batch):
+        """0.5 (V(s) - sg[y])^2, Eq 7 (weighted by ``critic_w``)."""
+        v = self.critic_values(critic_params, mb_.obs)
+        return 0.5 * wmean(jnp.square(v - mb_.targets), mb_.critic_w)
+
+    def _baseline_step(self, params, opt, mb_: Batch):
+        """One step of the b_psi head toward the sample b* of Eq 9: b* minimises
+        E_mu[((rho - 1) b - rho H)^2 | s] (its normal equation is Eq 9), so this regression,
+        per sample, has b*(s) as its population minimiser."""
+        rho = importance.safe_ratios(mb_.log_rho)
+
+        def loss(p):
+            b = self.baseline_net.apply(p, mb_.obs)
+            return 0.5 * wmean(jnp.square((rho - 1.0) * b - rho * mb_.bstar_h), mb_.critic_w)
+
+        value, g = jax.value_and_grad(loss)(params)
+        upd, opt = self.baseline_tx.update(g, opt, params)
+        return optax.apply_updates(params, upd), opt, value
+
+    def _epochs(self, step, carry, batch: Batch, key, epochs: int):
+        """``epochs`` x ``num_minibatches`` of ``step`` over shuffled minibatches."""
+        cfg = self.config
+        n = batch.obs.shape[0]
+        mb = n // cfg.num_minibatches
+
+        def epoch(carry, epoch_key):
+            perm = jax.random.permutation(epoch_key, n)
+            def split(x):
+                return jnp.take(x, perm, axis=0).reshape((cfg.num_minibatches, mb) + x.shape[1:])
+
+            shuffled = jax.tree_util.tree_map(split, batch)
+            return jax.lax.scan(step, carry, shuffled)
+
+        return jax.lax.scan(epoch, carry, jax.random.split(key, epochs))
+
+    def _learn(self, learn, batch: Batch, key):
+        """Joint actor + critic minibatch steps (the default protocol)."""
+        cfg = self.config
+
+        def loss_fn(params, mb_: Batch):
+            actor_params, critic_params = params
+            pg_loss, entropy, approx_kl, ppo_clip = self._actor_loss(actor_params, mb_)
+            v_loss = self._critic_loss(critic_params, mb_)
+            total = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+            return total, (pg_loss, v_loss, entropy, approx_kl, ppo_clip)
+
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+        def minibatch_step(carry, mb_: Batch):
+            mb_ = self.constrain("minibatch", mb_)
+            actor_params, critic_params, actor_opt, critic_opt, b_params, b_opt = carry
+            (_, aux), (g_actor, g_critic) = grad_fn((actor_params, critic_params), mb_)
+            upd, actor_opt = self.actor_tx.update(g_actor, actor_opt, actor_params)
+            actor_params = optax.apply_updates(actor_params, upd)
+            upd, critic_opt = self.critic_tx.update(g_critic, critic_opt, critic_params)
+            critic_params = optax.apply_updates(critic_params, upd)
+            b_loss = jnp.zeros((), jnp.float32)
+            if self.baseline_net is not None:
+                b_params, b_opt, b_loss = self._baseline_step(b_params, b_opt, mb_)
+            return (actor_params, critic_params, actor_opt, critic_opt, b_params, b_opt), \
+                aux + (b_loss,)
+
+        learn, aux = self._epochs(minibatch_step, learn, batch, key, cfg.update_epochs)
+        return learn, self._loss_stats(aux, self.baseline_net is not None)
+
+    def _learn_critic_first(self, learn, batch: Batch, ltraj, key):
+        """The write-up's protocol (issue 11 §2): ``critic_steps`` epochs of critic (and
+        b_psi) minibatch steps toward the targets of the start-of-update Vbar; then the
+        actor's advantages are recomputed with the UPDATED critic (and b_psi) and
+        ``update_epochs`` epochs of actor-only steps follow."""
+        cfg = self.config
+        actor_params, critic_params, actor_opt, critic_opt, b_params, b_opt = learn
+        k_critic, k_actor = jax.random.split(key)
+        critic_grad = jax.value_and_grad(self._critic_loss)
+
+        def critic_step(carry, mb_: Batch):
+            mb_ = self.constrain("minibatch", mb_)
+            c_params, c_opt, bp, bo = carry
+            v_loss, g = critic_grad(c_params, mb_)
+            upd, c_opt = self.critic_tx.update(g, c_opt, c_params)
+            c_params = optax.apply_updates(c_params, upd)
+            b_loss = jnp.zeros((), jnp.float32)
+            if self.baseline_net is not None:
+                bp, bo, b_loss = self._baseline_step(bp, bo, mb_)
+            return (c_params, c_opt, bp, bo), (v_loss, b_loss)
+
+        (critic_params, critic_opt, b_params, b_opt), (v_losses, b_losses) = self._epochs(
+            critic_step, (critic_params, critic_opt, b_params, b_opt), batch, key=k_critic,
+            epochs=cfg.critic_steps)
+        # actor advantages from the updated critic (Vbar := the new critic)
+        prep = self.prepare(ltraj, critic_params, b_params)
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
+        batch = batch._replace(advantages=flat(prep.advantages))
+
+        def actor_loss(p, mb_):
+            pg_loss, entropy, approx_kl, ppo_clip = self._actor_loss(p, mb_)
+            return pg_loss - cfg.ent_coef * entropy, (pg_loss, entropy, approx_kl, ppo_clip)
+
+        actor_grad = jax.value_and_grad(actor_loss, has_aux=True)
+
+        def actor_step(carry, mb_: Batch):
+            mb_ = self.constrain("minibatch", mb_)
+            a_params, a_opt = carry
+            (_, aux), g = actor_grad(a_params, mb_)
+            upd, a_opt = self.actor_tx.update(g, a_opt, a_params)
+            return (optax.apply_updates(a_params, upd), a_opt), aux
+
+        (actor_params, actor_opt), (pg, ent, kl, clip) = self._epochs(
+            actor_step, (actor_params, actor_opt), batch, k_actor, cfg.update_epochs)
+        learn = (actor_params, critic_params, actor_opt, critic_opt, b_params, b_opt)
+        return learn, self._loss_stats((pg, v_losses, ent, kl, clip, b_losses),
+                                       self.baseline_net is not None)
+
+    @staticmethod
+    def _loss_stats(aux, with_baseline: bool) -> dict:
+        pg_loss, v_loss, entropy, approx_kl, ppo_clip, b_loss = (jnp.mean(a) for a in aux)
+        out = {"actor_loss": pg_loss, "critic_loss": v_loss, "entropy": entropy,
+               "approx_kl": approx_kl, "ppo_clip_frac": ppo_clip}
+        if with_baseline:
+            out["baseline_loss"] = b_loss
+        return out

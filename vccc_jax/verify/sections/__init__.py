@@ -1,0 +1,43 @@
+"""Row sections: checks that produce their own rows outside the per-problem identity graph.
+
+A row section is ``section(ctx: Context) -> list[Row]``. :data:`SECTIONS` lists them in
+table order; ``run_verify`` calls each once, after the identity groups and before the
+sampled target checks. To add one (e.g. for a new testbed), write the function in a new
+module of this folder and append it to :data:`SECTIONS` -- that is the only registration.
+Derive keys from ``ctx.key`` with ``jax.random.fold_in(ctx.key, <unused integer>)`` so
+other sections' numbers do not move (taken: 2 estimator_checks, 12 token, 13 BRACE,
+14 decoupled, 15 RAC, 16 PS-PPO; ``split(ctx.key, 3)`` by the groups, the sampled half and
+vtrace_library). Keep a section cheap (< ~3 s on 2 idle cores): one compiled graph with the
+library functions it checks as a static argument (so a test that patches the library
+recompiles only that graph), tiny problems, no per-setting compiles.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import chex
+
+from vccc_jax.verify.report import Row
+from vccc_jax.verify.sections.bandit import bandit_rows
+from vccc_jax.verify.sections.comparators import brace_rows, decoupled_rows, rac_rows
+from vccc_jax.verify.sections.estimator_checks import estimator_rows
+from vccc_jax.verify.sections.ps_ppo import ps_ppo_rows
+from vccc_jax.verify.sections.token import token_rows
+from vccc_jax.verify.sections.vtrace_library import vtrace_rows
+
+
+class Context(NamedTuple):
+    """What a row section may use: the run's root key and whether it is a quick run."""
+
+    key: chex.PRNGKey
+    quick: bool = False
+
+
+Section = Callable[[Context], "list[Row]"]
+
+SECTIONS: list[Section] = [bandit_rows, vtrace_rows, estimator_rows, token_rows, brace_rows, decoupled_rows,
+                           rac_rows, ps_ppo_rows]
+
+__all__ = ["Context", "SECTIONS", "Section", "bandit_rows", "brace_rows", "decoupled_rows", "estimator_rows",
+           "ps_ppo_rows", "rac_rows", "token_rows", "vtrace_rows"]
