@@ -17,6 +17,9 @@
 # per env, return and critic error (Monte-Carlo V^pi; exact V^pi on tabular envs when stored)
 # against the mean lag. Statistics over seeds only: IQM with stratified bootstrap CIs, paired
 # per-seed differences against the uncorrected GAE critic, performance profiles across envs.
+# Regime grid stores (`vccc train --config experiments/regime_*.toml --out results/regime`):
+# critic error over the whole run (exact error vs V^{pi_k} when stored, else Monte-Carlo MAE),
+# one panel per lag (and sampler / env), one band per critic, from each cell's metrics.csv.
 
 # %% tags=["parameters"]
 results = "../results"  # directory of stored results (vccc sweep / train / bench outputs)
@@ -28,7 +31,9 @@ from pathlib import Path
 
 from vccc_jax.plotting.seeds import fig_lag_curves, fig_paired_differences, fig_performance_profile
 from vccc_jax.plotting.style import publish
+from vccc_jax.plotting.train import error_curves
 from vccc_jax.runs.store import read_rows
+from vccc_jax.runs.train import error_curve_rows
 
 stores = sorted(Path(results).glob("train/*.jsonl")) + sorted(Path(results).glob("train_*.jsonl"))
 print("stores:", [str(s) for s in stores] or "none")
@@ -45,3 +50,16 @@ for store in stores:
             publish(fig_paired_differences(rows, env=env), out, f"{tag}_paired_return", gallery)
     if len(envs) > 1:
         publish(fig_performance_profile(rows), out, f"{store.stem}_profile", gallery)
+
+# %% [markdown]
+# ## Regime grids: critic error over the whole run
+
+# %%
+regime = sorted(Path(results).glob("regime/*.jsonl"))
+print("regime stores:", [str(s) for s in regime] or "none")
+for store in regime:
+    by, key = error_curve_rows(store)
+    if not by:
+        continue
+    fig = error_curves(by, key, title=f"{store.stem}: {key} over the whole run")
+    publish(fig, out, f"{store.stem}_error_curves", gallery)

@@ -20,7 +20,8 @@ EXPECTED = {
                  "tabular_smoke_garnet_bias_variance"],
     "vtrace_tradeoffs": ["vtrace_tradeoffs"],
     "async_actor_critic": ["async_ac_tiny_expected_truncate"],
-    "neural_lag": ["train_tiny_CartPole-v1_lag_curves", "train_tiny_CartPole-v1_paired_return"],
+    "neural_lag": ["train_tiny_CartPole-v1_lag_curves", "train_tiny_CartPole-v1_paired_return",
+                   "regime_tabular_error_curves"],  # tests/data/results/regime/
     "scaling": ["scaling_scale_cpu_fake8"],
     "comparators": ["brace_lag_fixed", "brace_lag_geometric", "brace_n_lag", "decoupled_routes",
                     "ps_ppo"],  # tests/data/results/comparators/

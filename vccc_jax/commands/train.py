@@ -222,33 +222,21 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
 
         path = plotting.plot_lag_sweep(results, out / f"{name}.png", name)
         print(f"figure: {path}")
-        path = _error_curves(name, cells, out)
+        path = _error_curves(name, out)
         if path:
             print(f"figure: {path}")
     return 0
 
 
-def _error_curves(name: str, cells: list, out: Path):
-    """``<out>/<name>_error_curves.png``: critic error vs update over the whole run (exact
-    error vs V^{pi_k} when the env has exact values, else Monte-Carlo MAE), one panel per
-    lag (and sampler / env), one band per critic (plotting.train.error_curves)."""
-    from vccc_jax.analysis.train import cell_label
+def _error_curves(name: str, out: Path):
+    """``<out>/<name>_error_curves.png``: critic error vs update over the whole run, one
+    panel per lag (and sampler / env), one band per critic (plotting.train.error_curves)."""
     from vccc_jax.plotting.train import error_curves
-    from vccc_jax.runs.store import cell_id
-    from vccc_jax.runs.train import read_csv
+    from vccc_jax.runs.train import error_curve_rows
 
-    by = {}
-    for cfg in cells:
-        path = out / name / cell_id(cfg.to_dict()) / "metrics.csv"
-        if path.exists():
-            panel = " ".join(x for x in (cfg.lag, cfg.sampler,
-                                         "" if cfg.env.startswith(("tabular", "token"))
-                                         else cfg.env) if x)
-            by[(panel, cell_label(cfg.to_dict()))] = read_csv(path)
+    by, key = error_curve_rows(out / f"{name}.jsonl")
     if not by:
         return None
-    first = next(iter(by.values()))[0]
-    key = "exact_err_pi" if "exact_err_pi" in first else "gt_mae"
     fig = error_curves(by, key, title=f"{name}: {key} over the whole run")
     path = out / f"{name}_error_curves.png"
     fig.savefig(path, dpi=110)

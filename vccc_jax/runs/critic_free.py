@@ -16,17 +16,14 @@ trainer's static row budget ``capacity`` and the compiled learner's cost
 from __future__ import annotations
 
 import functools
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
 from vccc_jax.analysis.stats import mean_ci
-from vccc_jax.runs.progress import Progress
-from vccc_jax.runs.provenance import provenance
+from vccc_jax.runs.cells import run_cells
 from vccc_jax.runs.schema import Experiment, as_dict
-from vccc_jax.runs.store import ResultStore, cell_id, signals_deferred
 
 _RUN_KEYS = ("updates", "eval_every", "cost_repeats")
 
@@ -95,31 +92,14 @@ def run_grid(exp: Experiment, results_dir: str | Path, *, progress: bool = True,
              on_cell: Optional[Callable[[int, int, dict], None]] = None) -> tuple[Path, list[dict]]:
     """Run every missing cell into ``<results_dir>/<exp.name>.jsonl`` -> (path, rows in cell
     order). ``on_cell(i, n, cell)`` is called before a cell is computed."""
-    todo_cells = validate(exp)
     path = Path(results_dir) / f"{exp.name}.jsonl"
-    with ResultStore(path) as store:
-        ids = [cell_id(c) for c in todo_cells]
-        done = sum(store.has(i) for i in ids)
-        bar = Progress(len(ids), done=done, label="runs", min_interval=10.0) if progress else None
-        try:
-            for i, (cell, cid) in enumerate(zip(todo_cells, ids)):
-                if store.has(cid):
-                    continue
-                if on_cell is not None:
-                    on_cell(i, len(ids), cell)
-                t0 = time.time()
-                metrics = run_cell(cell)
-                with signals_deferred():
-                    store.append({"id": cid, "cell": cell, "metrics": metrics,
-                                  "meta": {"seconds": time.time() - t0, **provenance()}})
-                if bar is not None:
-                    final = _last_exact(metrics["history"])
-                    bar.advance(1, note=f"{cell['law']} {cell['lag']} seed {cell['seed']}: "
-                                f"J {final:.3f}")
-        finally:
-            if bar is not None:
-                bar.close()
-        rows = [store.row(cid) for cid in ids if store.has(cid)]
+
+    def note(cell: dict, metrics: dict) -> str:
+        final = _last_exact(metrics["history"])
+        return f"{cell['law']} {cell['lag']} seed {cell['seed']}: J {final:.3f}"
+
+    rows = run_cells(path, validate(exp), run_cell, label="runs", note=note,
+                     progress=progress, min_interval=10.0, on_cell=on_cell)
     return path, rows
 
 

@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
-from vccc_jax.runs.progress import Progress
-from vccc_jax.runs.provenance import provenance
+from vccc_jax.runs.cells import run_cells
 from vccc_jax.runs.schema import Experiment, as_dict
-from vccc_jax.runs.store import ResultStore, cell_id, signals_deferred
 
 _THRESHOLD_KEYS = ("threshold_noise", "threshold_lags", "threshold_clips", "threshold_epsilons",
                    "threshold_kind")
@@ -177,30 +174,14 @@ def run_study(exp: Experiment, results_dir: str | Path, *, progress: bool = True
               on_cell: Optional[Callable[[int, int, dict], None]] = None) -> tuple[Path, dict]:
     """Compute every missing cell into ``<results_dir>/<name>.jsonl``, then write the study
     dict to ``<results_dir>/<name>.json`` -> (json path, study)."""
-    todo = validate(exp)
     results_dir = Path(results_dir)
-    with ResultStore(results_dir / f"{exp.name}.jsonl") as store:
-        ids = [cell_id(c) for c in todo]
-        done = sum(store.has(i) for i in ids)
-        bar = Progress(len(ids), done=done, label="cells", min_interval=5.0) if progress else None
-        try:
-            for i, (cell, cid) in enumerate(zip(todo, ids)):
-                if store.has(cid):
-                    continue
-                if on_cell is not None:
-                    on_cell(i, len(ids), cell)
-                t0 = time.time()
-                metrics = run_cell(cell)
-                with signals_deferred():
-                    store.append({"id": cid, "cell": cell, "metrics": metrics,
-                                  "meta": {"seconds": time.time() - t0, **provenance()}})
-                if bar is not None:
-                    what = f"noise {cell['noise']}" if cell["study"] == "routes" else "thresholds"
-                    bar.advance(1, note=f"MDP {cell['mdp']} {what}")
-        finally:
-            if bar is not None:
-                bar.close()
-        rows = [store.row(cid) for cid in ids if store.has(cid)]
+
+    def note(cell: dict, metrics: dict) -> str:
+        what = f"noise {cell['noise']}" if cell["study"] == "routes" else "thresholds"
+        return f"MDP {cell['mdp']} {what}"
+
+    rows = run_cells(results_dir / f"{exp.name}.jsonl", validate(exp), run_cell, note=note,
+                     progress=progress, on_cell=on_cell)
     result = study(exp, rows)
     path = results_dir / f"{exp.name}.json"
     path.write_text(json.dumps(result, indent=1))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vccc_jax.analysis.train import summarize, whole_run_summary
+from vccc_jax.analysis.train import cell_label, summarize, whole_run_summary
 from vccc_jax.runs.distributed import agree, is_main, open_store
 from vccc_jax.runs.grid import product
 from vccc_jax.runs.progress import Progress
@@ -289,3 +289,27 @@ def whole_run_results(name: str, cells: list[TrainConfig], out: Path) -> list[di
             results.append({"config": cfg.to_dict(),
                             "summary": whole_run_summary(read_csv(path))})
     return results
+
+
+def error_curve_rows(store: Path) -> tuple[dict, str]:
+    """Per-update rows of every finished cell of a train grid's store ``<out>/<name>.jsonl``,
+    keyed ``(panel, label)`` as :func:`vccc_jax.plotting.train.error_curves` wants them
+    (panel: lag [+ sampler] [+ env for gymnax]; label: the cell's critic), and the error key
+    to draw: ``exact_err_pi`` on envs with exact values, else the Monte-Carlo ``gt_mae``."""
+    from vccc_jax.runs.store import read_rows
+
+    store = Path(store)
+    by = {}
+    for r in read_rows(store):
+        cell = r.get("cell") or {}
+        path = store.parent / store.stem / str(r.get("id")) / "metrics.csv"
+        if "lag" not in cell or not path.exists():
+            continue
+        env = str(cell.get("env", ""))
+        panel = " ".join(x for x in (cell["lag"], cell.get("sampler", ""),
+                                     "" if env.startswith(("tabular", "token")) else env) if x)
+        rows = read_csv(path)
+        if rows:
+            by[(panel, cell_label(cell))] = rows
+    first = next(iter(by.values()))[0] if by else {}
+    return by, ("exact_err_pi" if "exact_err_pi" in first else "gt_mae")
