@@ -1,4 +1,4 @@
-"""Imports flow strictly downward (ranks from /work/plan/PLAN.md, issue 9), no module imports
+"""Imports flow strictly downward (ranks as in vccc_jax/__init__.py, issue 9), no module imports
 itself through a cycle, and every module of ``cli.py``'s lazy command table resolves.
 
 Rank of a module = rank of its top-level folder under ``vccc_jax``; a module may import

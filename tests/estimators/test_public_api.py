@@ -11,8 +11,7 @@ import vccc_jax.estimators as E
 HEADING = "## Use the estimators in your own trainer"
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
-# Keep identical to the first python block under HEADING in README.md
-# (source: /work/plan/README_SNIPPET.md); used while README lacks the section.
+# Keep identical to the first python block under HEADING in README.md (the test checks it).
 SNIPPET = '''
 import jax
 import jax.numpy as jnp

@@ -1,5 +1,5 @@
 """BRACE in the tabular sweep (issue 13 registration): the method adapter's exact moments
-equal H-brace's ``tabular.brace.target_moments`` and the sampled path equals the estimator."""
+equal ``tabular.brace.target_moments`` and the sampled path equals the estimator."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +26,7 @@ def setup():
 @pytest.mark.parametrize("anchor,clip,n", [("prefix", 1.0, 2), ("constant", np.inf, 4)])
 def test_adapter_moments_equal_target_moments(setup, anchor, clip, n):
     """On the time-folded horizon-H MDP, a segment of H steps is the whole episode, so the
-    sweep adapter's moments at time-0 states are H-brace's target_moments row 0 (float64)."""
+    sweep adapter's moments at time-0 states are tabular.brace.target_moments' row 0 (float64)."""
     mdp, pi, mu, vbar = setup
     H = 4
     with jax.enable_x64(True):

@@ -4,7 +4,7 @@ import os
 
 # Set before jax is imported. SSE4_2 keeps XLA:CPU from contracting a*b+c into FMAs in some
 # fusions and not others (the partitioned program fuses differently), which otherwise moves
-# CartPole's cart position by 1 ulp (3.7e-9) between meshes; see NOTES.md (H-scale).
+# CartPole's cart position by 1 ulp (3.7e-9) between meshes.
 FLAGS = "--xla_cpu_max_isa=SSE4_2"
 
 

@@ -24,7 +24,7 @@ ROOT = HERE.parent.parent
 PY = sys.executable
 # Tolerances held across meshes. The learner's minibatches are split over "data" (one
 # gradient all-reduce per minibatch), so sums are reordered: measured after 4 updates on
-# (8,1) and (4,2) (W-scale2, NOTES.md): params / Adam moments max abs diff 1.2e-7 (max rel
+# (8,1) and (4,2): params / Adam moments max abs diff 1.2e-7 (max rel
 # 3.8e-6, on entries ~1e-3); losses max abs 2.6e-7 (the actor loss is a ~1e-4 mean of O(1)
 # normalised-advantage terms, so its relative error is large); env means ~1 ulp.
 # Rollouts stay bitwise (first rollout, from equal params).
@@ -214,8 +214,8 @@ def test_learner_splits_minibatches_over_data(mesh_run):
 
 
 @pytest.mark.xfail(strict=False, reason="envs/rollout.py concatenates [B] with [B] rows along "
-                   "the env axis at every step (collective-permute + all-to-all); fix requested "
-                   "from W-trainer in REQUESTS.md (interleave instead)")
+                   "the env axis at every step (collective-permute + all-to-all); interleaving "
+                   "each env's two rows removes them (not landed: must be shown bitwise-neutral)")
 def test_nothing_runs_per_env_step(mesh_run):
     from vccc_jax.benchmarks.scale import env_step_collectives
 

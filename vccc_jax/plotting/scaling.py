@@ -6,7 +6,7 @@ Bench JSON format (one file per bench run; :func:`read_bench` accepts it)::
      "rows": [{"regime": "weak"|"strong", "devices", "num_envs", "compile_s", "step_s",
                "updates_per_s", "env_steps_per_s", "collectives": {kind: count}}]}
 
-(the fields of ``benchmarks.scale.Row``; ``--json PATH`` there is requested in REQUESTS.md).
+(the fields of ``benchmarks.scale.Row``, written by ``vccc bench scale --json PATH``).
 """
 
 from __future__ import annotations

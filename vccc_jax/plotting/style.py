@@ -1,6 +1,6 @@
 """One style for every figure: fixed colour per method, paper sizes, fonts, PNG + PDF writer.
 
-Use it from any figure module (W-comparators / W-psppo too)::
+Use it from any figure module::
 
     from vccc_jax.plotting.style import method_style, figsize, styled, save, legend_below
 

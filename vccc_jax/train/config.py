@@ -78,7 +78,7 @@ class TrainConfig:
     gt_rollouts: int = 8
     gt_horizon: Optional[int] = None  # None: gamma^H <= 0.01
     eval_envs: int = 8  # current-policy episodes at each ground-truth update (0: off)
-    # W-trainer (issues 11/12): samplers, exact truth, training protocol (Sec 4.2, Eq 6, Eq 9)
+    # samplers, exact truth, training protocol (issues 11/12; Sec 4.2, Eq 6, Eq 9)
     sampler: str = ""  # envs.samplers.SamplerSpec text, e.g. "temp=0.7,k=50,p=0.9" ("": temperature/top_k)
     gt_kind: str = "auto"  # auto (exact on tabular:/token: envs, else mc) | mc | exact
     critic_first: bool = False  # critic phase first; actor then uses the UPDATED critic

@@ -20,7 +20,7 @@ of the update's fresh rollout — the states the learner actually trained on):
 
 Mixture weights: the version of every transition of the learner's batch is known, so the
 replay mixture uses the batch's empirical version (lag) frequencies; on the tabular env the
-mixture follows H-tabenv's model (version i's states ~ d^{mu_i}), on the token env the
+mixture follows the exact_truth model (version i's states ~ d^{mu_i}), on the token env the
 version posterior q_l(s) is the batch's empirical one at each visited policy state (the
 lag frequencies elsewhere).
 """
