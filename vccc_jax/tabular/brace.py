@@ -192,28 +192,8 @@ def target_moments(
     x = _clip(rho, clip_rho_threshold) * delta
     a = gam * _clip(rho, clip_c_threshold)
     w = a if tail_anchor == "prefix" else gam
-    E = lambda y: jnp.sum(jnp.where(prob > 0, prob * y, 0.0), axis=(1, 2))  # noqa: E731
-    nxt = lambda t: t[None, None, :]  # noqa: E731
-
-    def tail_sweep(carry, _):
-        m, q = carry
-        return (E(delta + gam * nxt(m)), E(delta**2 + 2 * delta * gam * nxt(m) + gam**2 * nxt(q))), None
-
-    zeros = jnp.zeros(fm.num_states, fm.P.dtype)
-    (mz, qz), _ = jax.lax.scan(tail_sweep, (zeros, zeros), None, length=H + 1)
-
-    def level(carry, _):
-        mx, qx, mz, qz, cxz = carry
-        return (E(x + a * nxt(mx)),
-                E(x**2 + 2 * x * a * nxt(mx) + a**2 * nxt(qx)),
-                E(w * nxt(mz)),
-                E(w**2 * nxt(qz)),
-                E(x * w * nxt(mz) + a * w * nxt(cxz))), None
-
-    (mx, qx, mz, qz, cxz), _ = jax.lax.scan(level, (zeros, zeros, mz, qz, zeros), None,
-                                            length=min(int(n), H))
-    mean = mx + mz
-    var = jnp.maximum(qx + 2 * cxz + qz - mean**2, 0.0)
+    mean, var = _prefix_tail_moments(prob, delta, gam, x, a, w, tail_len=H + 1,
+                                     prefix_len=min(int(n), H))
     return (vf + mean)[:-1].reshape(H, S), var[:-1].reshape(H, S)
 
 
@@ -293,29 +273,9 @@ def segment_moments(
     x = jnp.minimum(rho, clip) * delta
     a = gam * jnp.minimum(rho, clip)
     w = a if tail_anchor == "prefix" else gam
-    E = lambda y: jnp.sum(jnp.where(prob > 0, prob * y, 0.0), axis=(1, 2))  # noqa: E731
-    nxt = lambda t: t[None, None, :]  # noqa: E731
-
-    def tail_sweep(carry, _):
-        m, q = carry
-        return (E(delta + gam * nxt(m)),
-                E(delta**2 + 2 * delta * gam * nxt(m) + gam**2 * nxt(q))), None
-
-    zeros = jnp.zeros_like(vbar)
-    (mz, qz), _ = jax.lax.scan(tail_sweep, (zeros, zeros), None, length=T - n_eff)
-
-    def level(carry, _):
-        mx, qx, mz, qz, cxz = carry
-        return (E(x + a * nxt(mx)),
-                E(x**2 + 2 * x * a * nxt(mx) + a**2 * nxt(qx)),
-                E(w * nxt(mz)),
-                E(w**2 * nxt(qz)),
-                E(x * w * nxt(mz) + a * w * nxt(cxz))), None
-
-    (mx, qx, mz, qz, cxz), _ = jax.lax.scan(level, (zeros, zeros, mz, qz, zeros), None,
-                                            length=n_eff)
-    mean = mx + mz
-    return vbar + mean, jnp.maximum(qx + 2 * cxz + qz - mean**2, 0.0)
+    mean, var = _prefix_tail_moments(prob, delta, gam, x, a, w, tail_len=T - n_eff,
+                                     prefix_len=n_eff)
+    return vbar + mean, var
 
 
 def brace_moments_with_options(mdp, pi, mu, vbar, clip, o) -> tuple[Array, Array]:
@@ -413,3 +373,34 @@ __all__ = [
     "variance_by_horizon", "variance_growth_rows", "segment_moments",
     "brace_moments_with_options", "brace_trajectory_target",
 ]
+
+
+def _prefix_tail_moments(prob, delta, gam, x, a, w, *, tail_len: int, prefix_len: int):
+    """(mean, var) per state of Y = X + Z by the second-moment recursion shared by
+    :func:`target_moments` and :func:`segment_moments`: ``tail_len`` sweeps of the ratio-free
+    tail Z = delta + gamma' Z(s'), then ``prefix_len`` levels X = x + a X(s'), Z <- w Z(s'),
+    with the X-Z cross moment. ``prob`` [S, A, S'] is mu(a|s) P(s'|s, a); the others are
+    per-transition tables of the same shape."""
+    E = lambda y: jnp.sum(jnp.where(prob > 0, prob * y, 0.0), axis=(1, 2))  # noqa: E731
+    nxt = lambda t: t[None, None, :]  # noqa: E731
+
+    def tail_sweep(carry, _):
+        m, q = carry
+        return (E(delta + gam * nxt(m)),
+                E(delta**2 + 2 * delta * gam * nxt(m) + gam**2 * nxt(q))), None
+
+    zeros = jnp.zeros(prob.shape[0], prob.dtype)
+    (mz, qz), _ = jax.lax.scan(tail_sweep, (zeros, zeros), None, length=tail_len)
+
+    def level(carry, _):
+        mx, qx, mz, qz, cxz = carry
+        return (E(x + a * nxt(mx)),
+                E(x**2 + 2 * x * a * nxt(mx) + a**2 * nxt(qx)),
+                E(w * nxt(mz)),
+                E(w**2 * nxt(qz)),
+                E(x * w * nxt(mz) + a * w * nxt(cxz))), None
+
+    (mx, qx, mz, qz, cxz), _ = jax.lax.scan(level, (zeros, zeros, mz, qz, zeros), None,
+                                            length=prefix_len)
+    mean = mx + mz
+    return mean, jnp.maximum(qx + 2 * cxz + qz - mean**2, 0.0)
