@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown]
-# # Comparators: BRACE, decoupled correction, PS-PPO (issues 13, 14)
+# # Comparators: BRACE, decoupled correction, PS-PPO, RAC (issues 13, 14)
 # * BRACE (n = 1, 2, 4, 8) vs VCCC, V-trace and the uncorrected target across lag: exact fixed-point
 #   error and target variance on Garnet MDPs (`vccc sweep --config experiments/brace_tabular.toml`
 #   -> `brace_tabular.jsonl`).
@@ -21,6 +21,10 @@
 #   (`vccc sweep --config experiments/decoupled_routes.toml` -> `decoupled_routes.json`).
 # * GRPO vs PS-PPO on the token env: exact return per learner row (`vccc sweep --config
 #   experiments/ps_ppo.toml` -> `ps_ppo.jsonl`).
+# * RAC with delayed reward channels: the exact bias cut drop / RAC per MDP (`vccc sweep --config
+#   experiments/rac_two_channel.toml` -> `rac_two_channel.jsonl`) and exact training coupled to
+#   the simulated cluster, return vs wall-clock for drop / wait-for-slow / RAC (`vccc sweep
+#   --config experiments/rac_wallclock.toml` -> `rac_wallclock.jsonl`).
 #
 # Each input is looked up in `results` and then in its subfolders; a missing one is skipped.
 
@@ -37,6 +41,7 @@ from IPython.display import Markdown, display
 
 from vccc_jax.plotting import comparators
 from vccc_jax.plotting.style import publish
+from vccc_jax.runs import rac, rac_wallclock
 from vccc_jax.runs.decoupled import summary_table
 from vccc_jax.runs.store import read_rows
 
@@ -47,7 +52,8 @@ def find(name):
     return next((p for p in hits if p.is_file()), None)
 
 
-paths = {n: find(n) for n in ("brace_tabular.jsonl", "decoupled_routes.json", "ps_ppo.jsonl")}
+paths = {n: find(n) for n in ("brace_tabular.jsonl", "decoupled_routes.json", "ps_ppo.jsonl",
+                             "rac_two_channel.jsonl", "rac_wallclock.jsonl")}
 print({n: str(p) if p else "missing" for n, p in paths.items()})
 
 # %% [markdown]
@@ -94,3 +100,28 @@ if paths["ps_ppo.jsonl"] and fig_ps_ppo is not None:
     ps = [r for r in ps if r["cell"]["lag"] in full]
     if ps:
         publish(fig_ps_ppo(ps), out, "ps_ppo", gallery)
+
+# %% [markdown]
+# ## RAC: bias cut with two slow reward channels
+# Exact bias norms of the expected actor update at pi_K (float64) for dropping late rewards and
+# for RAC (kernel reinjection, ratio clipped at reinjection), per MDP; the ratio drop / RAC per
+# (clip, kernel mass, behaviour-lag law). Without a binding clip RAC is exactly unbiased.
+
+# %%
+if paths["rac_two_channel.jsonl"]:
+    cut = read_rows(paths["rac_two_channel.jsonl"])
+    print(rac.bias_cut_table(cut))
+    publish(comparators.fig_rac_bias_cut(cut), out, "rac_two_channel", gallery)
+
+# %% [markdown]
+# ## RAC vs wait-for-slow in wall-clock
+# Exact expected-update policy gradient, each update's behaviour lags, reward arrival steps and
+# end time taken from a simulated cluster: drop and RAC on the asynchronous schedule, wait on
+# the schedule that waits for every reward channel. Return (fraction of J* - J0) against
+# simulated hours, and the time each MDP needs to reach 90 % of the way.
+
+# %%
+if paths["rac_wallclock.jsonl"]:
+    wall = read_rows(paths["rac_wallclock.jsonl"])
+    print(rac_wallclock.wallclock_table(wall))
+    publish(comparators.fig_rac_wallclock(wall), out, "rac_wallclock", gallery)

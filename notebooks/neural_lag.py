@@ -27,25 +27,29 @@ out = "../figures"      # where PDF + PNG figures go
 gallery = ""            # optional: small README PNGs (docs/figures)
 
 # %%
+import re
 from pathlib import Path
 
 from vccc_jax.plotting.seeds import fig_lag_curves, fig_paired_differences, fig_performance_profile
 from vccc_jax.plotting.style import publish
 from vccc_jax.plotting.train import error_curves
-from vccc_jax.runs.store import read_rows
-from vccc_jax.runs.train import error_curve_rows
+from vccc_jax.runs.train import error_curve_rows, rows_with_whole_run
 
 stores = sorted(Path(results).glob("train/*.jsonl")) + sorted(Path(results).glob("train_*.jsonl"))
 print("stores:", [str(s) for s in stores] or "none")
 
 # %%
 for store in stores:
-    rows = [r for r in read_rows(store) if "env" in r["cell"]]
+    rows = [r for r in rows_with_whole_run(store) if "env" in r["cell"]]
     envs = sorted({r["cell"]["env"] for r in rows})
     critics = {r["cell"]["critic"] for r in rows}
     for env in envs:
-        tag = f"{store.stem}_{env.replace('/', '-')}"
-        publish(fig_lag_curves(rows, env=env), out, f"{tag}_lag_curves", gallery)
+        tag = f"{store.stem}_{re.sub(r'[^A-Za-z0-9.-]+', '-', env).strip('-')}"
+        # exact-truth envs (tabular:, token:): whole-run exact error; gymnax: MC truth
+        metrics = (("final_return", "exact_err_pi_auc", "exact_gap_auc")
+                   if env.startswith(("tabular", "token")) else
+                   ("final_eval_return", "final_return", "gt_rel_err"))
+        publish(fig_lag_curves(rows, metrics=metrics, env=env), out, f"{tag}_lag_curves", gallery)
         if "gae" in critics and len(critics) > 1:
             publish(fig_paired_differences(rows, env=env), out, f"{tag}_paired_return", gallery)
     if len(envs) > 1:

@@ -24,7 +24,7 @@ EXPECTED = {
                    "regime_tabular_error_curves"],  # tests/data/results/regime/
     "scaling": ["scaling_scale_cpu_fake8"],
     "comparators": ["brace_lag_fixed", "brace_lag_geometric", "brace_n_lag", "decoupled_routes",
-                    "ps_ppo"],  # tests/data/results/comparators/
+                    "ps_ppo", "rac_two_channel", "rac_wallclock"],  # tests/data/results/comparators/
 }
 
 

@@ -7,7 +7,7 @@ import pytest
 from vccc_jax import cli
 from vccc_jax.commands import bench
 
-NAMES = ("estimators", "tabular", "train", "scale")
+NAMES = ("estimators", "tabular", "train", "scale", "routes")
 
 
 def _one_line_error(capsys, argv, match):
@@ -47,7 +47,7 @@ def test_unknown_flag_is_one_line(name, capsys):
 
 
 def test_unknown_or_missing_benchmark(capsys):
-    _one_line_error(capsys, ["nope"], "expected one of estimators, tabular, train, scale, got 'nope'")
+    _one_line_error(capsys, ["nope"], "expected one of estimators, tabular, train, scale, routes, got 'nope'")
     _one_line_error(capsys, [], "got nothing")
 
 
@@ -62,6 +62,9 @@ def test_unknown_or_missing_benchmark(capsys):
     (["train", "--seeds", "many"], "--seeds"),
     (["train", "--rows", "sync-gae", "--actor", "sometimes"], "actor"),
     (["scale", "--envs-per-device", "x"], "--envs-per-device"),
+    (["routes", "--routes", "exact,snapshot"], "unknown routes ['snapshot']"),
+    (["routes", "--updates", "0"], "--updates"),
+    (["routes", "--lag", "bogus"], "lag must look like"),
 ])
 def test_bad_values_are_one_line(argv, match, capsys):
     _one_line_error(capsys, argv, match)
@@ -72,5 +75,5 @@ def test_valid_flags_return_the_work_without_running_it():
     undecorated = bench.main.__wrapped__
     for argv in (["estimators", "--quick", "--sizes", "8,16"], ["tabular", "--small"],
                  ["train", "--rows", "reference,lag8-vccc", "--timesteps", "1024"],
-                 ["scale", "--devices", "1"]):
+                 ["scale", "--devices", "1"], ["routes", "--routes", "exact,off", "--updates", "2"]):
         assert callable(undecorated(argv)), argv

@@ -109,3 +109,46 @@ def test_support_violation_mass_and_topk_z_mw():
     assert np.abs(m_approx - m_exact).max() > 1e-3
     m_full, _ = sm.m_w_topk(z_pi, log_mu, 32, kind="truncate", clip=1.0)
     np.testing.assert_allclose(m_full, m_exact, atol=1e-5)
+
+
+@jax.jit
+def _support_aware_errors(z_pi, log_mu):
+    """Per k in (1, 4, 16): (mean |Z_k - Z|, ||m_k - m|| / ||m||) of the first tail model and of
+    the support-aware one (n_s = ``support_size(log_mu)``), truncation at c = 1; and the k = 4
+    (Z_k, m_k) of both models."""
+    ns = sm.support_size(log_mu)
+    log_pi = jax.nn.log_softmax(z_pi)
+    out, k4 = [], []
+    for k in (1, 4, 16):
+        row = []
+        for support in (None, ns):
+            z_k, z = sm.z_topk(log_pi, log_mu, k, kind="truncate", clip=1.0, support_size=support)
+            m_k, m = sm.m_w_topk(z_pi, log_mu, k, kind="truncate", clip=1.0, support_size=support)
+            row += [jnp.mean(jnp.abs(z_k - z)), jnp.linalg.norm(m_k - m) / jnp.linalg.norm(m)]
+            k4 += [z_k, m_k] if k == 4 else []
+        out.append(jnp.stack(row))
+    return jnp.stack(out), ns, k4
+
+
+def test_support_aware_tail_under_top_k_and_top_p_samplers():
+    """Rows [64, 256] of pi (logits 1.5 N(0, 1)) sampled by top-32 / top-p 0.8 at temperature
+    0.7, logged k = 1, 4, 16 < n_s. Measured (truncate, c = 1), first model -> support-aware:
+    top-32: |Z err| 0.25 / 0.12 / 0.020 -> 0.0088 / 0.0062 / 0.0008, m_w rel err 0.84 / 0.68 /
+    0.44 -> 0.082 / 0.063 / 0.022; top-p: 0.25 / 0.12 / 0.015 -> 0.0023 / 0.0019 / 0.0009 and
+    0.81 / 0.64 / 0.40 -> 0.023 / 0.019 / 0.010 (the rest is mu ∝ pi^(1/0.7), not ∝ pi).
+    Asserted: >= 10x smaller Z error and >= 6x smaller m_w error; a temperature-1 top-32
+    sampler of pi is exact (the model holds); n_s = V equals the first model."""
+    z_pi = 1.5 * jax.random.normal(jax.random.PRNGKey(5), (64, 256))
+    for spec in (sm.SamplerSpec(top_k=32, temperature=0.7), sm.SamplerSpec(top_p=0.8, temperature=0.7)):
+        err = np.asarray(_support_aware_errors(z_pi, sm.sampler_log_probs(z_pi, spec))[0])
+        z_old, m_old, z_new, m_new = err.T
+        assert np.all(z_old > 0.01) and np.all(m_old > 0.3), err
+        assert np.all(z_new < 0.1 * z_old) and np.all(m_new < m_old / 6), err
+    err = np.asarray(_support_aware_errors(z_pi, sm.sampler_log_probs(z_pi, sm.SamplerSpec(top_k=32)))[0])
+    assert np.all(err[:, :2] > 0.09) and np.all(err[:, 2:] < 1e-6), err  # float32 rounding
+    # no truncation (temperature): n_s = V, the same Z (up to rounding) and m_w (bitwise)
+    _, ns, (z_old, m_old, z_new, m_new) = _support_aware_errors(
+        z_pi, sm.sampler_log_probs(z_pi, sm.SamplerSpec(temperature=0.7)))
+    assert np.all(np.asarray(ns) == 256)
+    np.testing.assert_allclose(z_new, z_old, rtol=1e-6)
+    np.testing.assert_array_equal(m_new, m_old)

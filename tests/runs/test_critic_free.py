@@ -99,3 +99,44 @@ def test_tiny_grid_writes_resumes_without_duplicates(tmp_path):
 
     fig = fig_ps_ppo(rows)
     assert len(fig.axes) == 1 and "n = 2 seeds" in fig.legends[0].get_title().get_text()
+
+
+def test_from_flags_builds_the_vccc_train_experiment():
+    """``vccc train --critic-free`` flags -> a one-law critic_free experiment (the shared
+    TrainConfig flags mapped onto CFConfig fields), or overrides of a config's grid / base."""
+    from vccc_jax.train.critic_free import CFConfig
+
+    env = TINY["base"]["env"]
+    exp = rc.from_flags({"critic_free": "uniform", "env": env, "lag": "uniform:2", "seed": 3,
+                         "num_seeds": 2, "actor_lr": 0.01, "ppo_epsilon": 0.1, "hidden": 8,
+                         "updates": 4})
+    assert (exp.name, exp.kind, exp.path) == ("critic_free", "critic_free", "")
+    assert (exp.grid.laws, exp.grid.lags, exp.grid.seeds) == (["uniform"], ["uniform:2"], [3, 4])
+    assert (exp.base.updates, exp.base.eval_every) == (4, 2)  # gcd(4, 2, 10): J at U and U // 2
+    cells = rc.cells(exp)
+    assert rc.cf_config(cells[1]) == CFConfig(env=env, law="uniform", lag="uniform:2", lr=0.01,
+                                              clip_eps=0.1, hidden=8, seed=4)
+    ps = schema.load("experiments/ps_ppo.toml")
+    over = rc.from_flags({"groups": 3, "seed": 5}, ps)
+    assert (over.name, over.path, over.grid.laws, over.grid.lags) == (
+        ps.name, ps.path, ps.grid.laws, ps.grid.lags)
+    assert over.base.groups == 3 and over.grid.seeds == [5] and over.base.eval_every == 10
+    assert rc.from_flags({"updates": 10}, ps).base.eval_every == 5  # J at 5 and 10
+    assert rc.wants({}, ps) and rc.wants({"slack": 2.0}, None) and not rc.wants({"lag": "x"}, None)
+    with pytest.raises(ValueError, match="ps_ppo.toml: grid.lags: 'sometimes'"):
+        rc.from_flags({"lag": "sometimes"}, ps)
+    with pytest.raises(ValueError, match="^--slack must be > 0"):
+        rc.from_flags({"critic_free": "full", "env": env, "slack": 0.0})
+
+
+def test_laws_share_sampling_but_not_learning():
+    """Configs differing in learner fields only share init / rollout / evaluate; others may
+    not borrow them."""
+    import types
+
+    from vccc_jax.train.critic_free import CFConfig, CriticFree
+
+    assert CFConfig(law="uniform", slack=2.0, clip_eps=0.1, seed=3).sampling() == CFConfig()
+    assert CFConfig(lag="uniform:2").sampling() != CFConfig()
+    with pytest.raises(ValueError, match="differ beyond the learner fields"):
+        CriticFree(CFConfig(groups=3), like=types.SimpleNamespace(cfg=CFConfig()))

@@ -8,6 +8,7 @@ import pytest
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.estimators.related.brace import brace
+from vccc_jax.train import route_metrics
 from vccc_jax.train.config import TrainConfig, check_comparators
 from vccc_jax.train.targets import CRITIC_TARGETS
 from vccc_jax.train.trainer import Trainer
@@ -25,6 +26,7 @@ def trainer():
 def test_brace_trains(trainer):
     assert "brace" in CRITIC_TARGETS
     states, metrics = trainer.train(trainer.init(), 1)  # one update: compile time dominates
+    assert not set(route_metrics.ROUTE_METRICS) & set(metrics)  # pi_old_route "": no new keys
     assert np.all(np.isfinite(np.asarray(metrics["target_mean"])))
     assert np.all(np.isfinite(np.asarray(metrics["v_loss"] if "v_loss" in metrics else metrics["target_std"])))
 

@@ -95,7 +95,11 @@ def test_token_exact_metrics_finite(token_run):
     for k in ("exact_err_pi", "exact_err_mix", "exact_gap", "exact_v_pi"):
         assert np.all(np.isfinite(m[k])), k
     assert m["exact_err_mu"].shape == (3, 1, 2)
-    assert np.all(np.isnan(m["exact_grad_bias"]))  # not available on the token env
+    # exact actor-gradient bias (envs.token_actor_truth): centred truncated actor, top-4
+    # sampler, lag 1 -> finite and nonzero against Eq 12
+    rel, cos = m["exact_grad_rel_bias"], m["exact_grad_cos"]
+    assert np.all(np.isfinite(rel) & (rel > 0)) and np.all(np.isfinite(m["exact_grad_bias"]))
+    assert np.all(np.abs(cos) <= 1 + 1e-5)
     assert "gt_mse" not in m
     # top-4 sampler of V=8: pi_k has mass off the behaviour support on policy steps
     assert np.all((m["support_violation"] > 0) & (m["support_violation"] < 1))

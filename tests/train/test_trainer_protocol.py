@@ -7,6 +7,7 @@ import pytest
 
 from vccc_jax.envs.rollout import Trajectory
 from vccc_jax.train import replay as replay_lib
+from vccc_jax.train import route_metrics
 from vccc_jax.train.config import TrainConfig
 from vccc_jax.train.trainer import Trainer
 
@@ -105,7 +106,7 @@ def test_route_exact_without_mismatch_equals_default_bitwise(critic_first_run):
     s1, m1 = jax.device_get(tr.train(tr.init()))
     for a, b in zip(jax.tree_util.tree_leaves(s0), jax.tree_util.tree_leaves(s1)):
         np.testing.assert_array_equal(a, b)
-    assert set(m1) == set(m0) | {"pi_old_kl"}
+    assert set(m1) == set(m0) | {"pi_old_kl"} | set(route_metrics.ROUTE_METRICS)
     for k in m0:
         np.testing.assert_array_equal(m0[k], m1[k], err_msg=k)
     np.testing.assert_array_equal(m1["pi_old_kl"], 0.0)

@@ -90,9 +90,14 @@ def format_grid_table(results: list[dict]) -> str:
 # --- whole-run summaries (issue 11 §3: staleness shows early, a second-half mean hides it) ---
 
 ERROR_KEYS = ("gt_rel_err", "exact_err_pi", "exact_err_mix", "exact_gap", "exact_rel_err_pi",
-              "exact_grad_rel_bias")
+              "exact_grad_rel_bias", "exact_grad_bias", "exact_grad_cos")
 CHECKPOINTS = (0.25, 0.5, 1.0)
-MEAN_KEYS = ("ess", "kl_pi_mu", "clip_frac", "lag_mean")
+MEAN_KEYS = ("ess", "kl_pi_mu", "clip_frac", "lag_mean",
+             # decoupled pi_old routes (train.route_metrics; NaN off the gt cycle, so these
+             # are means over the ground-truth updates)
+             "route_grad_rel_bias", "route_grad_cos", "route_grad_rel_var", "exact_grad_rel_var",
+             "route_ppo_clip_frac", "exact_ppo_clip_frac", "route_w_clip_frac",
+             "exact_w_clip_frac")
 
 
 def gt_curve(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -215,12 +220,22 @@ def whole_run_summary(rows: list[dict]) -> dict:
 def cell_label(config: dict) -> str:
     """Short label of a train cell: critic, clip level when it matters, baseline, protocol."""
     s = str(config.get("critic", "?"))
-    if s in ("truncated", "masked", "centered_baseline", "naive_baseline", "vtrace"):
+    if s in ("truncated", "masked", "centered_baseline", "naive_baseline"):
         s += f" c={float(config.get('clip', 0.0)):g}"
+    if s in ("vtrace", "brace"):  # trace thresholds rhobar / cbar, not ``clip``
+        rho, c = (float(config.get(k, 1.0)) for k in ("rho_bar", "c_bar"))
+        if (rho, c) != (1.0, 1.0):
+            s += f" rhobar={rho:g} cbar={c:g}"
+    if s.startswith("brace"):
+        s += f" n={int(config.get('brace_n', 4))}"
     if config.get("baseline", "value") not in ("value", None):
         s += f" b={config['baseline']}"
     if config.get("critic_first"):
         s += " (critic first)"
+    if config.get("pi_old_route"):
+        s += f" route={config['pi_old_route']}"
+    if config.get("actor", "truncate") != "truncate":
+        s += f" actor={config['actor']}"
     return s
 
 

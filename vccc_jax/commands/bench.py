@@ -4,6 +4,7 @@
     vccc bench tabular    [--repeats N] [--min-time S] [--small]
     vccc bench train      [--seeds N] [--timesteps N] [--repeats N] [--rows a,b] [--actor K]
     vccc bench scale      [...]   (flags: ``vccc bench scale --help``)
+    vccc bench routes     [--updates N] [--seeds N] [--repeats N] [--routes a,b] [--lag L] ...
 
 The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
 this module parses, validates, prints the header before the (long) measurements, progress
@@ -25,6 +26,7 @@ SUMMARY = {
     "tabular": "exact V^pi for batches of MDPs against NumPy",
     "train": "env steps/s of the full trainer, lagged VCCC vs synchronous GAE",
     "scale": "the sharded trainer at 1, 2, 4, 8 ... devices (weak and strong scaling)",
+    "routes": "decoupled pi_old routes: trainer speed, compiled memory, extra state vs exact",
 }
 
 
@@ -238,7 +240,66 @@ def scale(argv: list[str]) -> Callable[[], int]:
     return bench
 
 
-BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale}
+# --------------------------------------------------------------------------------------
+# routes
+# --------------------------------------------------------------------------------------
+
+
+def routes_parser() -> Parser:
+    from vccc_jax.benchmarks import routes as b
+
+    d = b.DEFAULTS
+    p = Parser(prog=f"{PROG} routes", description=b.__doc__.split("\n\n")[0])
+    p.add_argument("--updates", type=_positive(int), default=50, help="updates per run (default 50)")
+    p.add_argument("--seeds", type=_positive(int), default=1, help="vmapped seeds (default 1)")
+    p.add_argument("--repeats", type=_positive(int), default=3,
+                   help="round-robin rounds; each route's best run is kept (default 3)")
+    p.add_argument("--routes", default=",".join(b.ROW_NAMES),
+                   help="comma-separated subset of: " + ",".join(b.ROW_NAMES))
+    p.add_argument("--env", default=d["env"])
+    p.add_argument("--num-envs", type=_positive(int), default=d["num_envs"])
+    p.add_argument("--num-steps", type=_positive(int), default=d["num_steps"])
+    p.add_argument("--update-epochs", type=_positive(int), default=d["update_epochs"])
+    p.add_argument("--num-minibatches", type=_positive(int), default=d["num_minibatches"])
+    p.add_argument("--hidden", type=_positive(int), default=d["hidden"])
+    p.add_argument("--lag", default=d["lag"], help=f"lag law (default {d['lag']})")
+    p.add_argument("--num-versions", type=_positive(int), default=d["num_versions"])
+    p.add_argument("--sampler", default=d["sampler"], help=f"default {d['sampler']!r}")
+    p.add_argument("--actor", default=d["actor"])
+    p.add_argument("--json", default=None, help="also write the rows as JSON to this path")
+    return p
+
+
+def routes(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import routes as b
+
+    args = routes_parser().parse_args(argv)
+    wanted = b.select_rows(args.routes)
+    over = dict(env=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
+                update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
+                hidden=args.hidden, lag=args.lag, num_versions=args.num_versions,
+                sampler=args.sampler, actor=args.actor)
+    for name in wanted:  # the trainer's own validation, before anything compiles
+        b.config(name, args.updates, args.seeds, **over)
+
+    def bench() -> int:
+        import json
+
+        _out(b.header(args.updates, args.seeds, args.repeats, **over))
+        prepared = b.prepare(wanted, args.updates, args.seeds, progress=_err, **over)
+        rows = b.measure(prepared, args.repeats)
+        _out(b.format_table(rows))
+        _out(b.footer())
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(b.as_rows(rows), f, indent=1)
+        return 0
+
+    return bench
+
+
+BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale,
+              "routes": routes}
 
 
 @guarded("bench")

@@ -1,7 +1,9 @@
-"""``vccc sweep``: a tabular staleness sweep or an async actor-critic grid, resumable.
+"""``vccc sweep``: a tabular staleness sweep, an async actor-critic grid or a comparator
+study (kinds critic_free, decoupled, rac, rac_wallclock), resumable.
 
     vccc sweep                                     # experiments/tabular_default.toml
     vccc sweep --config experiments/async_ac.toml  # kind = "async_ac"
+    vccc sweep --config experiments/rac_two_channel.toml   # kind = "rac"
 
 Interrupt it at any point (Ctrl-C, SIGKILL) and run the same command again: finished cells
 are kept and only the missing ones are computed (``runs.store``).
@@ -35,7 +37,8 @@ def build_parser() -> Parser:
                description="Staleness x clipping sweep on tabular MDPs, or an async actor-critic "
                "grid (resumable: rerun the same command after an interruption).")
     p.add_argument("--config", default=None,
-                   help="experiment .toml (kind tabular_sweep or async_ac; default: "
+                   help="experiment .toml (kind tabular_sweep, async_ac, critic_free, decoupled, rac or "
+                   "rac_wallclock; default: "
                    "experiments/tabular_default.toml)")
     p.add_argument("--results", default="results", help="result store directory (default: results)")
     p.add_argument("--figures", default="figures", help="figure directory (default: figures)")
@@ -76,6 +79,16 @@ def main(argv: Optional[list[str]] = None):
 
         validate(exp)
         cfg, body = exp, _decoupled
+    elif exp.kind == "rac":  # exact RAC bias cut (runs/rac.py)
+        from vccc_jax.runs.rac import validate_bias_cut
+
+        validate_bias_cut(exp)
+        cfg, body = exp, _rac
+    elif exp.kind == "rac_wallclock":  # RAC vs wait-for-slow in wall-clock (runs/rac_wallclock.py)
+        from vccc_jax.runs.rac_wallclock import validate_wallclock
+
+        validate_wallclock(exp)
+        cfg, body = exp, _rac
     else:
         raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with `vccc train`, not `vccc sweep`")
     return lambda: _interruptible(body, cfg, args)
@@ -166,5 +179,22 @@ def _decoupled(exp, args, t0: float) -> int:
         from vccc_jax.plotting import comparators, save
 
         fig = comparators.fig_decoupled_routes(result, noise=result["threshold_axes"]["noise"])
+        print(f"figures: {', '.join(map(str, save(fig, Path(args.figures) / exp.name)))}")
+    return 0
+
+
+def _rac(exp, args, t0: float) -> int:
+    from vccc_jax.runs import rac, rac_wallclock
+    from vccc_jax.runs.progress import format_seconds
+
+    bias_cut = exp.kind == "rac"
+    run = rac.run_bias_cut if bias_cut else rac_wallclock.run_wallclock
+    path, rows = run(exp, args.results, progress=not args.no_progress)
+    print(rac.bias_cut_table(rows) if bias_cut else rac_wallclock.wallclock_table(rows))
+    print(f"\n{len(rows)} rows in {path} ({format_seconds(time.perf_counter() - t0)} wall this run)")
+    if not args.no_figures and rows:  # the same figures as notebooks/comparators.py
+        from vccc_jax.plotting import comparators, save
+
+        fig = comparators.fig_rac_bias_cut(rows) if bias_cut else comparators.fig_rac_wallclock(rows)
         print(f"figures: {', '.join(map(str, save(fig, Path(args.figures) / exp.name)))}")
     return 0

@@ -15,6 +15,14 @@ Scaling (issue 10; README "Scaling")::
     vccc train ... --coordinator HOST:PORT --num-processes 2 --process-id I   # each host
     vccc train ... --checkpoint-every 50 --resume   # orbax; continues bit for bit
 
+Critic-free (issue 14; GRPO = law ``full``, PS-PPO = a cutoff law; token envs only)::
+
+    vccc train --critic-free mixture:0.2 --env token:V=16,H=12 --lag uniform:4 --seeds 3
+    vccc train --config experiments/ps_ppo.toml     # kind = "critic_free": as vccc sweep
+
+(``runs.critic_free``: one resumable row per run in ``<out>/<name>.jsonl``, default
+``results/`` as ``vccc sweep``; a table of J, kept-token fraction, learner rows, memory, time.)
+
 (``VCCC_COORDINATOR`` / ``VCCC_NUM_PROCESSES`` / ``VCCC_PROCESS_ID`` replace the three
 multi-host flags.) ``jax.distributed`` starts before the trainer is imported: gymnax builds
 arrays at import time, which would start a single-process backend.
@@ -111,9 +119,14 @@ def build_parser() -> Parser:
         f"({', '.join(ENVS)}). Critics: {', '.join(sorted(CRITIC_TARGETS))}. Actors: "
         "[centered-]ratio|truncate|mask. Lags: fixed:L uniform:M geometric:m zipf:a "
         "trace:l0,l1,...",
+        epilog="--critic-free LAW: GRPO (full) / PS-PPO (uniform | mixture:EPS | geometric:Q) "
+        "on a token env instead; it takes --env token:..., --lag, --seed, --num-seeds, "
+        "--actor-lr, --ppo-epsilon, --hidden and the critic-free flags above.",
     )
-    p.add_argument("--config", help="experiment .toml (kind = \"train\": base + grid)")
-    p.add_argument("--out", help="output directory (default results/train/...)")
+    p.add_argument("--config", help="experiment .toml (kind \"train\": base + grid; kind "
+                   "\"critic_free\": the GRPO / PS-PPO grid, as vccc sweep)")
+    p.add_argument("--out", help="output directory (default results/train/...; critic-free: "
+                   "results, the store vccc sweep uses)")
     p.add_argument("--chunk", type=int, default=0,
                    help="updates per jitted call (progress granularity; 0: about 20 calls)")
     p.add_argument("--checkpoint-every", type=int, default=0,
@@ -127,6 +140,7 @@ def build_parser() -> Parser:
     add_distributed_flags(p)
     p.add_argument("--no-figure", action="store_true", help="skip the PNG figure")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    add_critic_free_flags(p)
     for f in dataclasses.fields(TrainConfig):
         default = f.default
         flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
@@ -134,6 +148,28 @@ def build_parser() -> Parser:
                        type=lambda t, d=default: _parse_value(t, d),
                        help=f"(default {default})")
     return p
+
+
+def add_critic_free_flags(p) -> None:
+    """--critic-free LAW and the flags of its own (``runs.critic_free.FLAGS``)."""
+    from vccc_jax.runs.critic_free import FLAGS
+    from vccc_jax.runs.schema import CriticFreeBase
+
+    g = p.add_argument_group("critic-free: GRPO / PS-PPO on token envs (issue 14)")
+    g.add_argument("--critic-free", metavar="LAW", default=None,
+                   help="train critic-free with cutoff law LAW: full (GRPO) | uniform | "
+                   "mixture:EPS | geometric:Q (PS-PPO)")
+    for name, kind, text in FLAGS:
+        g.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
+                       help=f"{text} (default {getattr(CriticFreeBase(), name)})")
+
+
+def _given(p, argv, args) -> dict:
+    """dest -> value of the flags on the command line (argparse sets a default only where
+    the namespace lacks the attribute, so unset flags keep a sentinel)."""
+    unset = object()
+    again = p.parse_args(argv, namespace=argparse.Namespace(**{k: unset for k in vars(args)}))
+    return {k: v for k, v in vars(again).items() if v is not unset}
 
 
 def _overrides(args) -> dict:
@@ -145,16 +181,23 @@ def _overrides(args) -> dict:
 
 @guarded("train")
 def main(argv: Optional[list[str]] = None):
+    from vccc_jax.runs import critic_free as runs_cf
     from vccc_jax.runs import schema
     from vccc_jax.runs import train as runs_train
 
     start_distributed(argv)  # first: before gymnax is imported (build_parser imports it)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.keep < 1 or args.checkpoint_every < 0:
         raise ValueError("--keep must be >= 1 and --checkpoint-every >= 0")
+    exp = schema.load(args.config) if args.config else None
+    given = {k: v for k, v in _given(parser, argv, args).items()
+             if k not in ("config", "out", "quiet", "no_figure")}
+    if runs_cf.wants(given, exp):
+        cf_exp = runs_cf.from_flags(given, exp)
+        return lambda: _critic_free(cf_exp, Path(args.out or "results"), args)
     args.mesh_obj = mesh_of(args)
     overrides = _overrides(args)
-    exp = schema.load(args.config) if args.config else None
     if exp is not None and exp.kind != "train":
         raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with `vccc sweep`, not `vccc train`")
     if exp is not None and exp.grid.axes:
@@ -225,6 +268,41 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
         path = _error_curves(name, out)
         if path:
             print(f"figure: {path}")
+    return 0
+
+
+def _critic_free(exp, out: Path, args) -> int:
+    """A ``critic_free`` grid (``runs.critic_free``): progress on stderr, the sweep's table."""
+    import time
+
+    from vccc_jax.runs import critic_free as runs_cf
+
+    t0, last = time.perf_counter(), [0.0]
+
+    def on_cell(i, n, cell):
+        last[0] = time.perf_counter()
+        if not args.quiet:
+            print(f"[{i + 1}/{n}] {cell['env']} law={cell['law']} lag={cell['lag']} "
+                  f"seed={cell['seed']}", file=sys.stderr, flush=True)
+
+    def on_update(u, n, row):  # at evaluated updates, at most every 2 s, and the last one
+        now = time.perf_counter()
+        if args.quiet or not (u == n or (row["exact_return"] == row["exact_return"]
+                                         and now - last[0] >= 2.0)):
+            return
+        last[0] = now
+        print(f"  update {u}/{n}: return {row['return']:.3f}  J {row['exact_return']:.3f}  "
+              f"kept {row['kept_fraction']:.2f}", file=sys.stderr, flush=True)
+
+    path, rows = runs_cf.run_grid(exp, out, progress=not args.quiet, on_cell=on_cell,
+                                  on_update=on_update)
+    print(runs_cf.format_table(runs_cf.summarize(rows)))
+    print("\n" + runs_cf.footer(exp, rows, path, time.perf_counter() - t0))
+    if not args.no_figure and rows:
+        from vccc_jax.plotting.comparators2 import fig_ps_ppo
+        from vccc_jax.plotting.style import save
+
+        print("figures: " + ", ".join(map(str, save(fig_ps_ppo(rows), out / exp.name))))
     return 0
 
 

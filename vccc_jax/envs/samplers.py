@@ -26,7 +26,9 @@ Nothing here is V x V: every op is elementwise on the row, one ``lax.top_k`` or 
 Diagnostics: :func:`support_violation_mass` (pi mass on tokens mu cannot emit), and Z(s) /
 m_w(s) from a top-k summary of mu plus the tail model of ``estimators.actor``
 (:func:`expected_weight_topk`, :func:`z_topk`, :func:`m_w_topk`), each returned with the
-exact value so the tail-model error is measured (Sec 5.2, Sec 7).
+exact value so the tail-model error is measured (Sec 5.2, Sec 7). With ``support_size`` (the
+sampler's support size n_s, :func:`support_size`: what an engine logs after its top-k / top-p
+filter) the tail lives on the n_s - k most likely remaining tokens only (support-aware).
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from vccc_jax.estimators.actor import centering_term, centering_term_topk
+from vccc_jax.estimators.actor import (
+    behaviour_support_size,
+    centering_coefficients_topk,
+    centering_term,
+    centering_term_topk,
+)
 from vccc_jax.estimators.importance import expected_weight, importance_weights
 
 Array = chex.Array
@@ -175,19 +182,34 @@ def support_violation_mass(log_pi_all: Array, log_mu_all: Array) -> Array:
     return jnp.sum(jnp.where(jnp.isneginf(log_mu_all), jnp.exp(log_pi_all), 0.0), axis=-1)
 
 
+def support_size(log_mu_all: Array) -> Array:
+    """n_s [...]: how many tokens the sampler kept (finite log mu), logged next to the top-k
+    summary (``estimators.actor.behaviour_support_size``)."""
+    return behaviour_support_size(log_mu_all)
+
+
 def topk_summary(log_mu_all: Array, k: int) -> tuple[Array, Array]:
     """(top-k log mu [..., k], their token ids [..., k]) — what a pipeline logs per token."""
     return jax.lax.top_k(log_mu_all, k)
 
 
 def expected_weight_topk(
-    log_pi_all: Array, topk_log_mu: Array, topk_ids: Array, *, kind: str, clip: Optional[float]
+    log_pi_all: Array, topk_log_mu: Array, topk_ids: Array, *, kind: str, clip: Optional[float],
+    support_size: Optional[Array] = None, max_support: Optional[int] = None,
 ) -> Array:
     """Z(s) = E_mu[w | s] from a top-k summary of mu plus the tail model of
-    ``actor.centering_term_topk`` (the unlogged mass 1 - sum_topk mu is spread over the
-    other tokens in proportion to pi, so they share the ratio tail_pi / tail_mu). Exact when
-    the summary covers mu's support. O(k) per row beyond reading pi at the top-k ids."""
+    ``actor.centering_term_topk`` (the unlogged mass 1 - sum_topk mu is spread over the tail
+    tokens in proportion to pi, so they share the ratio tail_pi / tail_mu). Tail: every other
+    token (``support_size`` None; O(k) per row beyond reading pi at the top-k ids), or the
+    n_s - k others pi ranks highest (``support_size`` = n_s [...]; the sum of
+    ``actor.centering_coefficients_topk``, O(V + k) plus its ranking). Exact when the
+    summary covers mu's support."""
     chex.assert_equal_shape([topk_log_mu, topk_ids])
+    if support_size is not None:
+        top, tail = centering_coefficients_topk(
+            log_pi_all, topk_log_mu, topk_ids, kind=kind, clip=clip,
+            support_size=support_size, max_support=max_support)
+        return jnp.sum(top, axis=-1) + jnp.sum(tail, axis=-1)
     top_pi = jnp.take_along_axis(log_pi_all, topk_ids, axis=-1)
     mu_top = jnp.exp(topk_log_mu)
     top = jnp.sum(jnp.where(mu_top > 0, mu_top * importance_weights(top_pi - topk_log_mu, kind, clip), 0.0), -1)
@@ -199,25 +221,32 @@ def expected_weight_topk(
 
 
 def z_topk(
-    log_pi_all: Array, log_mu_all: Array, k: int, *, kind: str = "truncate", clip: Optional[float] = 1.0
+    log_pi_all: Array, log_mu_all: Array, k: int, *, kind: str = "truncate", clip: Optional[float] = 1.0,
+    support_size: Optional[Array] = None,
 ) -> tuple[Array, Array]:
-    """(Z(s) from the top-k summary + tail model, exact Z(s)) [...] each (Sec 4.2, Sec 7)."""
+    """(Z(s) from the top-k summary + tail model, exact Z(s)) [...] each (Sec 4.2, Sec 7).
+    ``support_size``: n_s [...] (e.g. :func:`support_size` of ``log_mu_all``) for the
+    support-aware tail, None for the tail over all other tokens."""
     ids_lp, ids = topk_summary(log_mu_all, k)
-    approx = expected_weight_topk(log_pi_all, ids_lp, ids, kind=kind, clip=clip)
+    approx = expected_weight_topk(log_pi_all, ids_lp, ids, kind=kind, clip=clip,
+                                  support_size=support_size)
     return approx, expected_weight(log_pi_all, log_mu_all, kind=kind, clip=clip)
 
 
 def m_w_topk(
-    logits_pi: Array, log_mu_all: Array, k: int, *, kind: str = "truncate", clip: Optional[float] = 1.0
+    logits_pi: Array, log_mu_all: Array, k: int, *, kind: str = "truncate", clip: Optional[float] = 1.0,
+    support_size: Optional[Array] = None,
 ) -> tuple[Array, Array]:
     """(m_w(s) from the top-k summary + tail model, exact m_w(s)), each [..., V]: the
     gradient of the centering term with respect to the policy logits z, i.e.
     m_w = E_mu[w grad_z log pi] = mu w - Z pi for a softmax policy (Sec 5.2, Eq 13).
-    (Diagnostic: the top-k path builds a [..., k, V] one-hot inside ``centering_term_topk``.)"""
+    ``support_size`` as in :func:`z_topk`. (Diagnostic, by autodiff; the trainer uses the
+    closed forms of ``train.learner``.)"""
     ids_lp, ids = topk_summary(log_mu_all, k)
 
     def approx_c(z):
-        return jnp.sum(centering_term_topk(jax.nn.log_softmax(z, -1), ids_lp, ids, kind=kind, clip=clip))
+        return jnp.sum(centering_term_topk(jax.nn.log_softmax(z, -1), ids_lp, ids, kind=kind, clip=clip,
+                                           support_size=support_size))
 
     def exact_c(z):
         return jnp.sum(centering_term(jax.nn.log_softmax(z, -1), log_mu_all, kind=kind, clip=clip))

@@ -58,7 +58,7 @@ METHODS: dict[str, MethodStyle] = {
     "masked": MethodStyle(r"masked $\rho\,1[1/c \leq \rho \leq c]$", OKABE_ITO["purple"], "v"),
     "naive_baseline": MethodStyle(r"naive clipped, $b = V^{\pi_0}$", OKABE_ITO["orange"], "x"),
     "centered_baseline": MethodStyle(r"$Z$-centred clipped, $b = V^{\pi_0}$", TOL_MUTED["wine"], "P"),
-    "vtrace": MethodStyle(r"V-trace $\bar\rho = \bar c = c$", TOL_MUTED["indigo"], "*"),
+    "vtrace": MethodStyle(r"V-trace ($\bar\rho = \bar c$)", TOL_MUTED["indigo"], "*"),
     # comparators (estimators.related, issues 13-14)
     "brace": MethodStyle("BRACE", TOL_MUTED["green"], "<"),
     "decoupled": MethodStyle("decoupled PPO", TOL_MUTED["teal"], ">"),

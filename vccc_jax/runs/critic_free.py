@@ -4,7 +4,9 @@ One cell = one training run of ``train.critic_free`` (cutoff law x lag law x see
 from ``[base]``). Runs go one after the other into the resumable store
 ``<results>/<name>.jsonl`` (``runs.store``: one fsynced line per finished run, keyed by the
 cell's content, so an interrupted grid resumes where it stopped and never duplicates a row).
-Runs sharing (law, lag) share one compiled trainer.
+Runs sharing (law, lag) share one compiled trainer, and laws share its rollout / evaluate.
+``vccc sweep --config`` and ``vccc train --config`` run such a grid; ``vccc train
+--critic-free LAW`` runs a one-law grid built from flags (:func:`from_flags`).
 
 Each row's ``metrics``: ``history`` (one dict per update: return, exact_return every
 ``eval_every`` updates else None, kept_fraction, packed_rows, compute_rows, ...), the
@@ -15,7 +17,9 @@ trainer's static row budget ``capacity`` and the compiled learner's cost
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -36,24 +40,39 @@ def cells(exp: Experiment) -> list[dict]:
 
 
 def validate(exp: Experiment) -> list[dict]:
-    """Cells after checking laws, lags and sizes (``ValueError`` naming the bad value)."""
+    """Cells after checking laws, lags, sizes and the env (``ValueError`` naming the bad value:
+    ``<path>: base.<key>``, or the ``vccc train`` flag of an experiment built from flags)."""
+    import jax
+
     from vccc_jax.envs.lag import LagLaw
+    from vccc_jax.envs.token_env import make_token_env
     from vccc_jax.estimators.related.ps_ppo import CutoffLaw
 
-    b = exp.base
+    b, name = exp.base, functools.partial(_name, exp)
     for key in ("groups", "group_size", "hidden", "updates", "eval_every", "cost_repeats"):
         if getattr(b, key) < (0 if key == "cost_repeats" else 1):
-            raise ValueError(f"{exp.path}: base.{key} must be >= 1, got {getattr(b, key)}")
+            raise ValueError(f"{name(key)} must be >= {0 if key == 'cost_repeats' else 1}, "
+                             f"got {getattr(b, key)}")
+    for key in ("slack", "lr", "clip_eps"):
+        if not getattr(b, key) > 0:
+            raise ValueError(f"{name(key)} must be > 0, got {getattr(b, key)}")
     for law in exp.grid.laws:
         try:
             CutoffLaw.parse(law)
         except ValueError as e:
-            raise ValueError(f"{exp.path}: grid.laws: {law!r}: {e}") from None
+            raise ValueError(f"{name('laws', 'grid')}: {law!r}: {e}") from None
     for lag in exp.grid.lags:
         try:
             LagLaw.parse(lag)
         except ValueError as e:
-            raise ValueError(f"{exp.path}: grid.lags: {lag!r}: {e}") from None
+            raise ValueError(f"{name('lags', 'grid')}: {lag!r}: {e}") from None
+    if not b.env.startswith("token:"):
+        raise ValueError(f"{name('env')}: critic-free runs (GRPO / PS-PPO) need a token env "
+                         f"(e.g. token:V=16,H=12,Q=6,C=4,P=4), got {b.env!r}")
+    try:  # traced only: the spec's checks without compiling the task's construction
+        jax.eval_shape(lambda: make_token_env(b.env)[1])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name('env')}: {b.env!r}: {e}") from None
     return cells(exp)
 
 
@@ -64,23 +83,28 @@ def cf_config(cell: dict):
     return CFConfig(**{k: v for k, v in cell.items() if k not in _RUN_KEYS})
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=16)
 def _trainer(cfg):
-    """One compiled trainer per config with seed 0 (the seed only enters through ``train``)."""
+    """One compiled trainer per config with seed 0 (the seed only enters through ``train``);
+    configs that differ only in learner fields (law, slack, ...) share one compiled init /
+    rollout / evaluate (``CFConfig.sampling``), so a grid over laws compiles those once."""
     from vccc_jax.train.critic_free import CriticFree
 
-    return CriticFree(cfg)
+    ref = cfg.sampling()
+    return CriticFree(cfg, like=None if ref == cfg else _trainer(ref))
 
 
-def run_cell(cell: dict) -> dict:
-    """Train one cell -> its metrics (history, capacity, learner cost)."""
+def run_cell(cell: dict, on_update: Optional[Callable[[int, int, dict], None]] = None) -> dict:
+    """Train one cell -> its metrics (history, capacity, learner cost); ``on_update(u, n,
+    row)`` after each update (``train.critic_free.train``)."""
     import jax
 
     from vccc_jax.train import critic_free as cf
 
     cfg = cf_config(cell)
     tr = _trainer(cfg.replace(seed=0))
-    state, hist = cf.train(cfg, cell["updates"], trainer=tr, eval_every=cell["eval_every"])
+    state, hist = cf.train(cfg, cell["updates"], trainer=tr, eval_every=cell["eval_every"],
+                           on_update=on_update)
     cost = {}
     if cell["cost_repeats"] > 0:  # 0: skip (it compiles the learner once more)
         key = jax.random.PRNGKey(100 + cfg.seed)
@@ -89,18 +113,124 @@ def run_cell(cell: dict) -> dict:
 
 
 def run_grid(exp: Experiment, results_dir: str | Path, *, progress: bool = True,
-             on_cell: Optional[Callable[[int, int, dict], None]] = None) -> tuple[Path, list[dict]]:
+             on_cell: Optional[Callable[[int, int, dict], None]] = None,
+             on_update: Optional[Callable[[int, int, dict], None]] = None,
+             ) -> tuple[Path, list[dict]]:
     """Run every missing cell into ``<results_dir>/<exp.name>.jsonl`` -> (path, rows in cell
-    order). ``on_cell(i, n, cell)`` is called before a cell is computed."""
+    order). ``on_cell(i, n, cell)`` is called before a cell is computed, ``on_update(u, n,
+    row)`` after each of its updates."""
     path = Path(results_dir) / f"{exp.name}.jsonl"
 
     def note(cell: dict, metrics: dict) -> str:
         final = _last_exact(metrics["history"])
         return f"{cell['law']} {cell['lag']} seed {cell['seed']}: J {final:.3f}"
 
-    rows = run_cells(path, validate(exp), run_cell, label="runs", note=note,
+    rows = run_cells(path, validate(exp), functools.partial(run_cell, on_update=on_update),
+                     label="runs", note=note,
                      progress=progress, min_interval=10.0, on_cell=on_cell)
     return path, rows
+
+
+# ------------------------------------------------------------------ vccc train flags
+
+#: ``vccc train --critic-free`` flags of their own: (base field, type, help); the defaults
+#: are ``schema.CriticFreeBase``'s.
+FLAGS = (
+    ("groups", int, "prompts per update"),
+    ("group_size", int, "rollouts per prompt (the GRPO group)"),
+    ("updates", int, "optimiser updates per run (one PPO step each)"),
+    ("slack", float, "PS-PPO learner row budget = slack x expected kept tokens"),
+    ("eval_every", int, "exact return J every N updates (--updates U alone: gcd(U, U // 2, default))"),
+    ("cost_repeats", int, "timed learner calls per run for memory / time (0: skip)"),
+)
+#: TrainConfig flags a critic-free run takes: TrainConfig field -> base field
+SHARED = {"env": "env", "actor_lr": "lr", "ppo_epsilon": "clip_eps", "hidden": "hidden"}
+#: TrainConfig flags that set the grid: lag -> lags, seed / num_seeds -> seeds
+GRID_FLAGS = ("lag", "seed", "num_seeds")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _name(exp: Experiment, key: str, part: str = "base") -> str:
+    """How an error names a field: ``<path>: <part>.<key>``, or for an experiment built from
+    ``vccc train`` flags (empty path) the flag that sets it."""
+    if exp.path:
+        return f"{exp.path}: {part}.{key}"
+    by_base = {base: f for f, base in SHARED.items()}
+    return {"laws": "--critic-free", "lags": "--lag"}.get(key, _flag(by_base.get(key, key)))
+
+
+def wants(flags: dict, exp: Optional[Experiment]) -> bool:
+    """Whether ``vccc train`` runs critic-free: ``--critic-free`` given, a ``critic_free``
+    experiment, or one of :data:`FLAGS` set (``flags``: dest -> value of the flags given)."""
+    return (flags.get("critic_free") is not None or (exp is not None and exp.kind == "critic_free")
+            or any(k in flags for k, _, _ in FLAGS))
+
+
+def from_flags(flags: dict, exp: Optional[Experiment] = None) -> Experiment:
+    """The ``critic_free`` experiment of ``vccc train --critic-free LAW [flags]`` or of a
+    ``critic_free`` ``--config`` with flag overrides; ``ValueError`` (one line, naming the
+    flag) on a flag it does not use or a bad value.
+
+    ``flags``: dest -> value of the flags given on the command line (besides --config, --out,
+    --quiet, --no-figure). ``--critic-free`` sets the laws, ``--lag`` the lags, ``--seed S
+    --num-seeds N`` the seeds S..S+N-1; :data:`SHARED` and :data:`FLAGS` override the base.
+    Without a config the base is ``schema.CriticFreeBase`` (``CFConfig``'s defaults), the lag
+    fixed:0, seed 0, one seed; results go to ``<out>/critic_free.jsonl``."""
+    from vccc_jax.runs.schema import CriticFreeBase, CriticFreeGrid
+
+    flags = dict(flags)
+    law = flags.pop("critic_free", None)
+    if exp is not None and exp.kind != "critic_free":
+        raise ValueError(f"--critic-free: {exp.path} is a kind {exp.kind!r} experiment (give a "
+                         "kind \"critic_free\" --config, or none)")
+    if law is None and exp is None:
+        given = [_flag(k) for k, _, _ in FLAGS if k in flags]
+        raise ValueError(f"{', '.join(given)}: critic-free flags; add --critic-free LAW "
+                         "(full | uniform | mixture:EPS | geometric:Q) or a kind "
+                         "\"critic_free\" --config")
+    if "critic" in flags:
+        raise ValueError("--critic-free trains without a critic (group-normalised returns as "
+                         "the baseline); drop --critic")
+    own = {k for k, _, _ in FLAGS} | set(SHARED) | set(GRID_FLAGS)
+    unused = [_flag(k) for k in flags if k not in own]
+    if unused:
+        raise ValueError(f"critic-free runs do not use {', '.join(unused)} (they take --env "
+                         "token:..., --lag, --seed, --num-seeds, --actor-lr, --ppo-epsilon, "
+                         f"--hidden, {', '.join(_flag(k) for k, _, _ in FLAGS)}; a rerun "
+                         "reuses the finished runs in --out)")
+    if "ppo_epsilon" in flags and flags["ppo_epsilon"] is None:
+        raise ValueError("--ppo-epsilon: critic-free runs need a clip epsilon > 0, got none")
+    if flags.get("num_seeds", 1) < 1:
+        raise ValueError(f"--num-seeds must be >= 1, got {flags['num_seeds']}")
+    base = exp.base if exp is not None else CriticFreeBase()
+    grid = exp.grid if exp is not None else CriticFreeGrid(laws=[law], lags=["fixed:0"], seeds=[0])
+    changes = {SHARED.get(k, k): v for k, v in flags.items() if k not in GRID_FLAGS}
+    if "updates" in flags and "eval_every" not in flags:  # J at the last and the half update
+        u = flags["updates"]
+        changes["eval_every"] = math.gcd(u, u // 2, base.eval_every)
+    grid_changes = {"laws": [law]} if law is not None else {}
+    if "lag" in flags:
+        grid_changes["lags"] = [flags["lag"]]
+    if "seed" in flags or "num_seeds" in flags:
+        seed = flags.get("seed", 0)
+        grid_changes["seeds"] = list(range(seed, seed + flags.get("num_seeds", 1)))
+    new = Experiment(
+        name=exp.name if exp is not None else "critic_free", kind="critic_free",
+        base=dataclasses.replace(base, **changes), grid=dataclasses.replace(grid, **grid_changes),
+        description=exp.description if exp is not None else "vccc train --critic-free",
+        path=exp.path if exp is not None else "")
+    validate(new)
+    return new
+
+
+def footer(exp: Experiment, rows: list[dict], path: Path, seconds: float) -> str:
+    """``<done>/<cells> runs in <store> (<wall> wall this run)`` under the table."""
+    from vccc_jax.runs.progress import format_seconds
+
+    return f"{len(rows)}/{len(cells(exp))} runs in {path} ({format_seconds(seconds)} wall this run)"
 
 
 # ------------------------------------------------------------------------------ summary

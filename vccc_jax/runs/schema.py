@@ -2,7 +2,7 @@
 
     # comments are welcome
     name = "tabular_default"          # results/<name>.jsonl, figures/<name>/
-    kind = "tabular_sweep"            # "tabular_sweep" | "async_ac" | "train" | "pipeline" | "critic_free"
+    kind = "tabular_sweep"            # one of KINDS (list below)
     description = "..."               # optional, free text
     [base]                            # what every cell shares (kind-specific tables below)
     ...
@@ -31,6 +31,13 @@ Kinds:
   updates, eval_every, cost_repeats; grid: laws, lags, seeds (``runs.critic_free``).
 * ``decoupled`` -- exact pi_old-route study (issue 13): base: MDP family, policy history,
   inference noise quantum, thresholds; grid: noises, lags (``runs.decoupled``).
+* ``rac`` -- exact bias cut drop / RAC with delayed reward channels (issue 14): base: MDP
+  family, policy history, channel delays, slow-channel kernel, reward shares; grid: clips
+  (0 = no clip), masses (slow kernel rescaled), lags (behaviour-lag laws) (``runs.rac``).
+* ``rac_wallclock`` -- exact drop / wait / RAC training coupled to a simulated pipeline
+  (issue 14): base: MDP family, kernel, lr, hours, fractions, ``[base.pipeline]`` (the
+  ``pipeline`` kind's base; its num_updates is set from hours); grid: clips, masses,
+  methods (``runs.rac_wallclock``).
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-KINDS = ("tabular_sweep", "async_ac", "train", "pipeline", "critic_free", "decoupled")
+KINDS = ("tabular_sweep", "async_ac", "train", "pipeline", "critic_free", "decoupled", "rac",
+         "rac_wallclock")
 
 
 class ConfigError(ValueError):
@@ -277,6 +285,64 @@ class DecoupledGrid:
     lags: list = _f(list, [0, 1, 2, 4, 8, 16], item=int)
 
 
+# ---------------------------------------------------------------------------------- rac
+
+
+@dataclass(frozen=True)
+class RacBase:
+    """The exact bias-cut study of RAC (``runs.rac``; issue 14). Channel c has delay
+    ``delays[c]`` optimiser steps (0 = fast); slow channels share ``kernel``."""
+
+    seed: int = _f(int, 0)
+    num_mdps: int = _f(int, 16)             # random MDPs (tabular.mdp.random_mdp)
+    num_states: int = _f(int, 5)
+    num_actions: int = _f(int, 3)
+    gamma: float = _f(float, 0.9)
+    algorithm: str = _f(str, "npg")         # policy history pi_0..pi_K (tabular.history)
+    step_size: float = _f(float, 0.3)
+    num_versions: int = _f(int, 12)
+    init_scale: float = _f(float, 1.0)
+    delays: list = _f(list, [0, 2, 5], item=int)
+    kernel: list = _f(list, [0.6, 0.3, 0.1], item=float)
+    shares: list = _f(list, [], item=float)  # reward share per channel; empty: equal
+
+
+@dataclass(frozen=True)
+class RacGrid:
+    clips: list = _f(list, [1.0], item=float)        # cbar at reinjection; 0 = no clip
+    masses: list = _f(list, [1.0], item=float)       # slow kernel rescaled to this mass
+    lags: list = _f(list, ["fixed:0"], item=str)     # behaviour-lag law "LAW:MEAN"
+
+
+@dataclass(frozen=True)
+class RacWallclockBase:
+    """Exact drop / wait / RAC training coupled to a simulated cluster
+    (``runs.rac_wallclock``). The MDP's reward channels are the pipeline's (blocking = fast)."""
+
+    seed: int = _f(int, 0)
+    num_mdps: int = _f(int, 16)
+    num_states: int = _f(int, 5)
+    num_actions: int = _f(int, 3)
+    gamma: float = _f(float, 0.9)
+    init_scale: float = _f(float, 1.0)
+    shares: list = _f(list, [], item=float)
+    kernel: list = _f(list, [0.6, 0.3, 0.1], item=float)
+    lr: float = _f(float, 0.3)
+    hours: float = _f(float, 3.0)           # simulated wall-clock budget of every run
+    fractions: list = _f(list, [0.5, 0.9], item=float)  # time to J0 + f (J* - J0)
+    pipeline: dict = _f(dict, {})           # [base.pipeline]: the pipeline kind's base fields
+
+    def __post_init__(self):
+        from_table(PipelineBase, self.pipeline, "base.pipeline")
+
+
+@dataclass(frozen=True)
+class RacWallclockGrid:
+    clips: list = _f(list, [1.0], item=float)        # 0 = no clip
+    masses: list = _f(list, [1.0], item=float)
+    methods: list = _f(list, ["drop", "wait", "rac"], item=str)
+
+
 # ---------------------------------------------------------------------------- experiment
 
 
@@ -300,6 +366,8 @@ _PARTS = {
     "pipeline": (PipelineBase, AxesGrid),
     "critic_free": (CriticFreeBase, CriticFreeGrid),
     "decoupled": (DecoupledBase, DecoupledGrid),
+    "rac": (RacBase, RacGrid),
+    "rac_wallclock": (RacWallclockBase, RacWallclockGrid),
 }
 
 

@@ -313,3 +313,19 @@ def error_curve_rows(store: Path) -> tuple[dict, str]:
             by[(panel, cell_label(cell))] = rows
     first = next(iter(by.values()))[0] if by else {}
     return by, ("exact_err_pi" if "exact_err_pi" in first else "gt_mae")
+
+
+def rows_with_whole_run(store: Path) -> list[dict]:
+    """The store's rows (``runs.store.read_rows``) with each finished cell's whole-run
+    summary (``analysis.train.whole_run_summary`` of its ``metrics.csv``: ``exact_err_pi_auc``,
+    ``gt_rel_err_auc``, ...) merged into ``row["metrics"]``, for lag-curve figures."""
+    from vccc_jax.runs.store import read_rows
+
+    store = Path(store)
+    out = []
+    for r in read_rows(store):
+        path = store.parent / store.stem / str(r.get("id")) / "metrics.csv"
+        rows = read_csv(path) if path.exists() else []
+        extra = whole_run_summary(rows) if rows else {}
+        out.append(dict(r, metrics={**extra, **(r.get("metrics") or {})}))
+    return out

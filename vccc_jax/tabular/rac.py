@@ -201,6 +201,28 @@ def bias_cut_ratio(mdp, channel_rewards, delays, kernels, probs, *, clip=1.0, be
     return dict(out, ratio=out["drop"] / out["rac"])
 
 
+def lag_law_bias_norms(mdp, channel_rewards, delays, kernels, probs, lag_weights, *,
+                       clip=1.0) -> dict:
+    """Bias norms {"drop", "wait", "rac", "ratio"} when the consumed batch mixes behaviour lags
+    l = 0..L with probabilities ``lag_weights`` [L + 1] (a staleness law,
+    ``tabular.history.lag_weights``). Every update is linear in the batch's version mixture,
+    so bias(law) = sum_l w_l bias(lag l); norms are taken of that sum. A one-hot law is
+    exactly :func:`bias_cut_ratio` at that lag (the same jitted call)."""
+    w = np.asarray(lag_weights, np.float64)
+    if w.ndim != 1 or w.size == 0 or np.any(w < 0) or not np.isclose(w.sum(), 1.0, atol=1e-9):
+        raise ValueError(f"lag_weights must be a probability vector over lags, got {w.tolist()}")
+    support = np.flatnonzero(w)
+    if support.size == 1:
+        return bias_cut_ratio(mdp, channel_rewards, delays, kernels, probs, clip=clip,
+                              behaviour_lag=int(support[0]))
+    out = {}
+    for m in METHODS:
+        b = sum(float(w[lag]) * bias(mdp, channel_rewards, delays, kernels, probs, m, clip=clip,
+                                     behaviour_lag=int(lag)) for lag in support)
+        out[m] = jnp.sqrt(jnp.sum(b ** 2))
+    return dict(out, ratio=out["drop"] / out["rac"])
+
+
 def split_rewards(key: Array, reward: Array, num_channels: int, shares=None) -> Array:
     """Split a reward table into ``num_channels`` additive channels [C, ...]: channel c gets
     shares[c] * reward plus zero-sum noise of the same scale (so channels differ in sign

@@ -239,6 +239,12 @@ def _backup_grid(task: TokenTask, v_next: Array, time) -> Backup:
     return Backup(g, nv, g.reward + g.discount * nv)
 
 
+def class_backup(task: TokenTask, v_next: Array, time) -> Array:
+    """r + d Vbar(t + 1, s') per token class at the policy states (k = 0) of position
+    ``time``: [P, Q, C] (v_next = Vbar[t + 1], [P, Q, K]); Q^pi when Vbar = V^pi."""
+    return _backup_grid(task, v_next, time).h[:, :, 0, :]
+
+
 def _check_values(name: str, v: Array, task: TokenTask) -> None:
     shape = (task.horizon + 1, task.num_prompts, task.num_states, task.num_counters)
     if v.shape != shape:

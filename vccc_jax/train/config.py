@@ -72,6 +72,7 @@ class TrainConfig:
     actor: str = "truncate"  # [centered-]ratio | truncate | mask
     actor_clip: float = 2.0
     advantage: str = "gae"  # gae | target
+    centering_topk: int = 0  # centred actor: Z(s) / m_w from the top-k of mu + tail model (0: full rows)
     # ground truth / evaluation
     gt_every: int = 0  # every N updates (0: off)
     gt_states: int = 8
@@ -146,7 +147,13 @@ class TrainConfig:
             need(self.temperature == 1.0 and self.top_k == 0,
                  "sampler is set: give temperature / top_k inside it (e.g. sampler='temp=0.7,k=5')")
             self.sampler_spec  # parses (ValueError names the bad item)
-        actor_kind, _ = parse_actor(self.actor)
+        actor_kind, centered = parse_actor(self.actor)
+        need(isinstance(self.centering_topk, int) and not isinstance(self.centering_topk, bool)
+             and self.centering_topk >= 0,
+             f"centering_topk must be an int >= 0, got {self.centering_topk!r}")
+        need(self.centering_topk == 0 or centered,
+             f"centering_topk={self.centering_topk} needs a centred actor "
+             f"(actor='centered-...'), got actor={self.actor!r}")
         if actor_kind != "ratio":
             try:
                 importance.check_weight_kind(actor_kind, self.actor_clip)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import chex
 import jax
@@ -61,6 +61,15 @@ class CFConfig:
     def replace(self, **changes) -> "CFConfig":
         return dataclasses.replace(self, **changes)
 
+    def sampling(self) -> "CFConfig":
+        """This config with the fields only the learner reads (law, slack, clip_eps,
+        length_ema) and the seed at their defaults: two configs with the same ``sampling()``
+        share init / rollout / evaluate (``CriticFree(cfg, like=...)``)."""
+        return self.replace(**{k: getattr(CFConfig, k) for k in LEARNER_ONLY})
+
+
+LEARNER_ONLY = ("law", "slack", "clip_eps", "length_ema", "seed")
+
 
 class CFState(NamedTuple):
     params: Any
@@ -84,11 +93,17 @@ class Batch(NamedTuple):
 
 
 class CriticFree:
-    """init / rollout / learn / evaluate for one config (each jitted once)."""
+    """init / rollout / learn / evaluate for one config (each jitted once). ``like``: a
+    trainer whose config has the same :meth:`CFConfig.sampling` (another law, slack, ...):
+    its env and compiled init / rollout / evaluate are reused (they read no learner field)."""
 
-    def __init__(self, cfg: CFConfig):
+    def __init__(self, cfg: CFConfig, like: "CriticFree | None" = None):
+        if like is not None and like.cfg.sampling() != cfg.sampling():
+            raise ValueError(f"CriticFree(like=...): {like.cfg} and {cfg} differ beyond "
+                             f"the learner fields {LEARNER_ONLY}")
         self.cfg = cfg
-        self.env, self.env_params = make_token_env(cfg.env)
+        self.env, self.env_params = (make_token_env(cfg.env) if like is None
+                                     else (like.env, like.env_params))
         self.task = self.env.task
         self.law = ps_ppo.CutoffLaw.parse(cfg.law)
         self.lag = lag_lib.LagLaw.parse(cfg.lag)
@@ -98,16 +113,18 @@ class CriticFree:
         self.actor = Actor(self.task.num_tokens, hidden=(cfg.hidden,))
         self.nf = self.env.num_exact_features
         self.opt = optax.adam(cfg.lr)
-        self.init = jax.jit(self._init)
-        self.rollout = jax.jit(self._rollout)
         self.learn = jax.jit(self._learn)
-        self.evaluate = jax.jit(self._evaluate)
+        if like is None:
+            self.init, self.rollout = jax.jit(self._init), jax.jit(self._rollout)
+            self.evaluate = jax.jit(self._evaluate)
+        else:  # bound to a trainer whose fields they read are equal: the same functions
+            self.init, self.rollout, self.evaluate = like.init, like.rollout, like.evaluate
 
     # ------------------------------------------------------------------ state
     def _init(self, key: Array) -> CFState:
         params = self.actor.init(key, jnp.zeros((self.nf,), jnp.float32))
         return CFState(params, self.opt.init(params), lag_lib.init_buffer(params, self.num_versions),
-                       jnp.full((self.task.num_prompts,), float(self.task.horizon)),
+                       jnp.full((self.task.num_prompts,), float(self.task.horizon), jnp.float32),
                        jnp.zeros((), jnp.int32))
 
     # ---------------------------------------------------------------- rollout
@@ -198,10 +215,12 @@ def learner_cost(trainer: CriticFree, state: CFState, batch: Batch, key: Array, 
             "output_bytes": int(mem.output_size_in_bytes), "learn_seconds": float(np.median(times))}
 
 
-def train(cfg: CFConfig, num_updates: int, *, eval_every: int = 5, trainer: CriticFree | None = None):
+def train(cfg: CFConfig, num_updates: int, *, eval_every: int = 5, trainer: CriticFree | None = None,
+          on_update: Callable[[int, int, dict], None] | None = None):
     """Run ``num_updates`` updates -> (final state, rows [dict per update]). Rows carry the
     metrics, ``exact_return`` every ``eval_every`` updates (NaN otherwise), the learner's
-    wall time and the cumulative backpropagated rows (``compute_rows``)."""
+    wall time and the cumulative backpropagated rows (``compute_rows``).
+    ``on_update(update, num_updates, row)`` is called after each update (progress)."""
     tr = CriticFree(cfg) if trainer is None else trainer
     key = jax.random.PRNGKey(cfg.seed)
     key, k0 = jax.random.split(key)
@@ -218,4 +237,6 @@ def train(cfg: CFConfig, num_updates: int, *, eval_every: int = 5, trainer: Crit
         exact = float(tr.evaluate(state.params)) if (u + 1) % eval_every == 0 else float("nan")
         rows.append(dict(m, update=u + 1, learn_seconds=dt, compute_rows=compute,
                          exact_return=exact))
+        if on_update is not None:
+            on_update(u + 1, num_updates, rows[-1])
     return state, rows

@@ -14,9 +14,12 @@ of the update's fresh rollout — the states the learner actually trained on):
   ``exact_rel_err_pi`` / ``exact_rel_err_mix``: the errors over RMS_D(V^{pi_k}) / RMS_D(V^{mubar});
 * ``exact_err_mu`` [num ring versions]: critic vs V^{mu_l} of the version l updates old;
 * ``exact_v_pi``: mean_D V^{pi_k};
-* tabular only: ``exact_grad_bias`` / ``exact_grad_rel_bias`` / ``exact_grad_cos``: the exact
-  expected update of the one-step TD actor (Sec 5.1; weight kind / clip / Eq 13 centring of
-  the config) with the current critic, against Eq 12 (``exact_truth.gradient_bias``).
+* ``exact_grad_bias`` / ``exact_grad_rel_bias`` / ``exact_grad_cos``: the exact expected
+  update of the one-step TD actor (Sec 5.1; weight kind / clip / Eq 13 centring of the
+  config) with the current critic, against Eq 12 under the same state weights
+  (``exact_truth.gradient_bias``): tabular env ``exact_truth.actor_update_truth`` (weights
+  d_mix); token env ``token_actor_truth.actor_update_truth`` (weights D at policy states,
+  the version posterior below; tool-observation states carry no actor gradient).
 
 Mixture weights: the version of every transition of the learner's batch is known, so the
 replay mixture uses the batch's empirical version (lag) frequencies; on the tabular env the
@@ -27,7 +30,7 @@ lag frequencies elsewhere).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import chex
 import jax
@@ -36,6 +39,7 @@ import jax.numpy as jnp
 from vccc_jax.envs import exact_truth as et
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import tabular_env
+from vccc_jax.envs import token_actor_truth as tat
 from vccc_jax.envs import token_env as token_env_lib
 from vccc_jax.tabular import token as token_task
 
@@ -130,18 +134,48 @@ def token_grid_obs(env: token_env_lib.TokenEnv) -> Array:
         onehot_time=env.onehot_time, last_token_features=env.last_token_features)
 
 
+class TokenWeights(NamedTuple):
+    """Weights of a token-env update from its fresh rollout: ``posterior`` [L, H, P, Q] the
+    empirical version posterior q_l(s) at visited policy states (the lag weights elsewhere),
+    ``state_weights`` [H, P, Q, K] the normalised histogram D of all visited states."""
+
+    posterior: Array
+    state_weights: Array
+
+
+def token_weights(task, version_weights: Array, env_state, lags: Array, valid: Array) -> TokenWeights:
+    """:class:`TokenWeights` of states ``env_state`` with lags / sample weights ``valid`` [T, B]."""
+    H, P, Q, K = task.horizon, task.num_prompts, task.num_states, task.num_counters
+    nv = version_weights.shape[0]
+    flat = lambda x: x.reshape(-1)  # noqa: E731
+    st = env_state
+    time = jnp.clip(flat(st.time), 0, H - 1)
+    policy = flat(valid) * (flat(st.k) == 0)
+    lag = jnp.clip(flat(lags), 0, nv - 1)
+    idx = ((lag * H + time) * P + flat(st.prompt)) * Q + flat(st.q)
+    counts = jax.ops.segment_sum(policy, idx, num_segments=nv * H * P * Q).reshape(nv, H, P, Q)
+    total = jnp.sum(counts, axis=0, keepdims=True)
+    post = jnp.where(total > 0, counts / jnp.maximum(total, 1.0),
+                     version_weights[:, None, None, None])
+    sidx = ((time * P + flat(st.prompt)) * Q + flat(st.q)) * K + flat(st.k)
+    cnt = jax.ops.segment_sum(flat(valid), sidx, num_segments=H * P * Q * K)
+    w = cnt / jnp.maximum(jnp.sum(cnt), 1.0)
+    return TokenWeights(posterior=post, state_weights=w.reshape(H, P, Q, K))
+
+
 def token_metrics(
     env: token_env_lib.TokenEnv, actor_apply, critic_apply, actor_params, critic_params,
     stacked_mu_params, log_mu_fn: LogMuFn, version_weights: Array, env_state, lags: Array,
-    valid: Array,
+    valid: Array, *, kind: str, clip, centred: bool,
 ) -> dict:
-    """Exact metrics of one update on the token env (module docstring; no gradient bias).
+    """Exact metrics of one update on the token env (module docstring).
 
     ``actor_apply`` must read ``obs[..., :env.num_exact_features]`` (the trainer's does);
-    env_state / lags / valid: the fresh rollout's states at s_t, lags and sample weights [T, B].
+    env_state / lags / valid: the fresh rollout's states at s_t, lags and sample weights [T, B];
+    kind / clip / centred: the actor's weight and Eq 13 centring (for the gradient bias).
     """
     task = env.task
-    H, P, Q, K = task.horizon, task.num_prompts, task.num_states, task.num_counters
+    H = task.horizon
     nv = version_weights.shape[0]
     obs_p = lambda time: token_env_lib.policy_observations(env, time)  # noqa: E731
 
@@ -151,20 +185,12 @@ def token_metrics(
     def mus_at(time):  # [nv, P, Q, V]
         return jax.vmap(lambda p: log_mu_fn(actor_apply(p, obs_p(time))))(stacked_mu_params)
 
-    v_pi = token_task.policy_values(task, pi_fn).v[:H]
+    pi_vals = token_task.policy_values(task, pi_fn)
+    v_pi = pi_vals.v[:H]
     v_mus = jax.vmap(lambda l: token_task.policy_values(
         task, lambda time: mus_at(time)[l]).v[:H])(jnp.arange(nv))
-    # empirical version posterior at visited policy states (t, p, q), else the lag weights
-    st = env_state
-    flat = lambda x: x.reshape(-1)  # noqa: E731
-    time = jnp.clip(flat(st.time), 0, H - 1)
-    policy = flat(valid) * (flat(st.k) == 0)
-    lag = jnp.clip(flat(lags), 0, nv - 1)
-    idx = ((lag * H + time) * P + flat(st.prompt)) * Q + flat(st.q)
-    counts = jax.ops.segment_sum(policy, idx, num_segments=nv * H * P * Q).reshape(nv, H, P, Q)
-    total = jnp.sum(counts, axis=0, keepdims=True)
-    post = jnp.where(total > 0, counts / jnp.maximum(total, 1.0),
-                     version_weights[:, None, None, None])
+    tw = token_weights(task, version_weights, env_state, lags, valid)
+    post = tw.posterior
 
     def mix_fn(t):
         m = jnp.sum(post[:, t, :, :, None] * jnp.exp(mus_at(t)), axis=0)
@@ -172,11 +198,13 @@ def token_metrics(
 
     v_mix = token_task.policy_values(task, mix_fn).v[:H]
     values = critic_apply(critic_params, token_grid_obs(env))  # [H, P, Q, K]
-    sidx = ((time * P + flat(st.prompt)) * Q + flat(st.q)) * K + flat(st.k)
-    cnt = jax.ops.segment_sum(flat(valid), sidx, num_segments=H * P * Q * K)
-    w = cnt / jnp.maximum(jnp.sum(cnt), 1.0)
     out = _error_metrics(values.reshape(-1), v_pi.reshape(-1), v_mix.reshape(-1),
-                         v_mus.reshape(nv, -1), w)
-    nan = jnp.full((), jnp.nan, jnp.float32)
-    out.update(exact_grad_bias=nan, exact_grad_rel_bias=nan, exact_grad_cos=nan)
+                         v_mus.reshape(nv, -1), tw.state_weights.reshape(-1))
+    grads = tat.actor_update_truth(
+        actor_apply, actor_params, tat.policy_obs_grid(env), task, mus_at, post,
+        tw.state_weights[..., 0], values, kind=kind, clip=clip, centred=centred,
+        pi_values=pi_vals)
+    bias = et.gradient_bias(grads.expected, grads.eq12)
+    out.update(exact_grad_bias=bias.bias_norm, exact_grad_rel_bias=bias.relative,
+               exact_grad_cos=bias.cosine)
     return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}

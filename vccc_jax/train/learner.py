@@ -16,6 +16,19 @@ trainer's config, networks, optimisers and ``constrain`` hook) with the two prot
 
 The learned baseline head b_psi (``baseline="learned"``) regresses toward Eq 9's b* in
 :meth:`Learner._baseline_step`.
+
+Top-k centring (``centering_topk = k > 0``, issue 12; §5.2, §7): the centred actor's
+c(s) (hence Z(s) and m_w(s)) comes from the top-k summary of the logged behaviour row
+(``lax.top_k(log_mu_all, k)``: what a real pipeline logs per token, k log-probs and ids)
+plus the tail model of ``estimators.actor.centering_term_topk``, support-aware: the engine
+also logs its sampler's support size n_s (one integer per token, known after its top-k / top-p
+filter; here the count of finite entries of the logged row, ``actor.behaviour_support_size``),
+and the unlogged mass lives on the n_s - k tokens pi_old ranks highest after the top-k
+(:meth:`Learner._support_model`; a non-truncating sampler has n_s = V, where this is the
+tail over all other tokens, unchanged). The batch still holds the full behaviour rows, but
+otherwise only for the diagnostics :func:`topk_centering_errors` (``mw_topk_rel_err``,
+``z_topk_abs_err``: the tail-model error against the exact values; ``mw_norm``: the size of
+the exact m_w).
 """
 
 from __future__ import annotations
@@ -35,7 +48,8 @@ from vccc_jax.train.targets import TargetInputs, gae_advantages
 
 Array = chex.Array
 
-__all__ = ["Batch", "Learner", "Prepared", "wmean"]
+__all__ = ["Batch", "Learner", "Prepared", "topk_centering_error_sums",
+           "topk_centering_errors", "wmean"]
 
 
 class Prepared(NamedTuple):
@@ -71,6 +85,87 @@ def wmean(x: Array, w: Optional[Array]) -> Array:
     if w is None:
         return jnp.mean(x)
     return jnp.sum(w * x) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def topk_centering_error_sums(
+    log_pi_all: Array,
+    log_mu_all: Array,
+    k: int,
+    *,
+    kind: str,
+    clip: Optional[float],
+    weights: Optional[Array] = None,
+    log_pi_old_all: Optional[Array] = None,
+    support_size: Optional[Array] = None,
+    max_support: Optional[int] = None,
+) -> dict:
+    """Sums over rows of the top-k centring error (pair with :func:`finish_topk_errors`).
+
+    For a softmax policy c(s) = sum_a C(a) log pi_theta(a|s) has gradient wrt the logits
+    m_w = C - (sum_a C(a)) pi_theta (§5.2, Eq 13; ``envs.samplers.m_w_topk``). Exact row:
+    C = mu w (w from ``log_pi_old_all`` if given, else pi_theta; as ``actor.centering_term``),
+    Z = sum_a C(a). Top-k + tail model: C_k from ``actor.centering_coefficients_topk`` of
+    ``lax.top_k(log_mu_all, k)``, Z_k = sum_a C_k(a). Closed forms, O(V + k) per row.
+
+    Args:
+      log_pi_all, log_mu_all: [n, A] current-policy / behaviour log-probs (constants).
+      k: the summary size (static, 1 <= k <= A).
+      weights: [n] row weights (0: excluded, e.g. tool steps) or None (all 1).
+      support_size, max_support: the support-aware tail (``actor.centering_coefficients_topk``):
+        n_s [n] int (the sampler's support size) and a static bound on it, or None.
+
+    Returns:
+      {"mw_err_sq": sum_n w ||m_k - m||^2, "mw_sq": sum_n w ||m||^2,
+       "z_abs_err": sum_n w |Z_k - Z|, "count": sum_n w}, scalars.
+    """
+    chex.assert_rank([log_pi_all, log_mu_all], 2)
+    chex.assert_equal_shape([log_pi_all, log_mu_all])
+    if not 1 <= k <= log_pi_all.shape[-1]:
+        raise ValueError(f"k must be in [1, {log_pi_all.shape[-1]}], got {k}")
+    sg = jax.lax.stop_gradient
+    log_pi_all, log_mu_all = sg(log_pi_all), sg(log_mu_all)
+    ref = log_pi_all if log_pi_old_all is None else sg(log_pi_old_all)
+    chex.assert_equal_shape([ref, log_pi_all])
+    c_exact = jnp.exp(log_mu_all) * importance.importance_weights(ref - log_mu_all, kind, clip)
+    topk_log_mu, topk_ids = jax.lax.top_k(log_mu_all, k)
+    top, tail = actor_lib.centering_coefficients_topk(
+        ref, topk_log_mu, topk_ids, kind=kind, clip=clip, support_size=support_size,
+        max_support=max_support)
+    c_topk = jnp.put_along_axis(tail, topk_ids, top, axis=-1, inplace=False)  # tail is 0 there
+    z, z_k = jnp.sum(c_exact, -1), jnp.sum(c_topk, -1)
+    pi = jnp.exp(log_pi_all)
+    m = c_exact - z[:, None] * pi
+    m_k = c_topk - z_k[:, None] * pi
+    w = jnp.ones(z.shape, z.dtype) if weights is None else weights.astype(z.dtype)
+    chex.assert_equal_shape([w, z])
+    return {"mw_err_sq": jnp.sum(w * jnp.sum(jnp.square(m_k - m), -1)),
+            "mw_sq": jnp.sum(w * jnp.sum(jnp.square(m), -1)),
+            "z_abs_err": jnp.sum(w * jnp.abs(z_k - z)),
+            "count": jnp.sum(w)}
+
+
+def finish_topk_errors(sums: dict) -> dict:
+    """Sums of :func:`topk_centering_error_sums` (any leading axes: minibatches, epochs,
+    summed over) -> {"mw_topk_rel_err": ||m_k - m||_2 / ||m||_2 over all rows (0 when both
+    vanish, inf when only m does), "z_topk_abs_err": mean |Z_k - Z|, "mw_norm": the RMS
+    ||m||_2 of the exact rows (read the relative error against it: when no weight is clipped
+    m_w is 0 up to rounding, e.g. truncation at c >= max pi / mu, and so is its error)}."""
+    err, sq = jnp.sum(sums["mw_err_sq"]), jnp.sum(sums["mw_sq"])
+    count = jnp.maximum(jnp.sum(sums["count"]), 1e-30)
+    rel = jnp.where(sq > 0, jnp.sqrt(err / jnp.where(sq > 0, sq, 1.0)),
+                    jnp.where(err > 0, jnp.inf, 0.0))
+    return {"mw_topk_rel_err": rel,
+            "z_topk_abs_err": jnp.sum(sums["z_abs_err"]) / count,
+            "mw_norm": jnp.sqrt(sq / count)}
+
+
+def topk_centering_errors(log_pi_all, log_mu_all, k, kind, clip, weights=None,
+                          log_pi_old_all=None, support_size=None, max_support=None) -> dict:
+    """{"mw_topk_rel_err", "z_topk_abs_err", "mw_norm"} of the top-k + tail-model centring
+    against the exact values over the rows of one batch (:func:`topk_centering_error_sums`)."""
+    return finish_topk_errors(topk_centering_error_sums(
+        log_pi_all, log_mu_all, k, kind=kind, clip=clip, weights=weights,
+        log_pi_old_all=log_pi_old_all, support_size=support_size, max_support=max_support))
 
 
 
@@ -137,9 +232,44 @@ class Learner:
 
     # -- minibatch losses and steps --------------------------------------------------------
 
+    def _centering_k(self) -> int:
+        """``centering_topk`` checked against the action count (0: full rows)."""
+        k = self.config.centering_topk
+        if k and k >= self.num_actions:
+            raise ValueError(f"centering_topk={k} must be < the number of actions "
+                             f"{self.num_actions} (0 uses the full behaviour rows)")
+        return k
+
+    def _support_model(self) -> tuple[bool, Optional[int]]:
+        """(support-aware?, max_support) of the top-k tail model, static, from the sampler.
+
+        A sampler that cannot truncate (temperature / mismatch only, or the uncorrected
+        learner, whose "behaviour" rows are pi_old) has n_s = V on every row, where the
+        support-aware tail is every non-top-k token: (False, None), the first tail model,
+        no ranking. Greedy: n_s = 1 (True, 1). Top-K (``top_k`` or the sampler's k): n_s <= K
+        up to ties at the K-th logit, (True, K): one ``lax.top_k`` of size K - k; with an
+        inference mismatch (bf16 / int8 rounding makes such ties likely) or top-p only,
+        (True, None): the exact radix select of ``actor.tail_support_mask``."""
+        cfg = self.config
+        if not cfg.correct:
+            return False, None
+        spec = cfg.sampler_spec
+        top_k, top_p, greedy, mismatch = ((cfg.top_k, 1.0, False, "none") if spec is None else
+                                          (spec.top_k, spec.top_p, spec.greedy, spec.mismatch))
+        if greedy:
+            return True, 1
+        top_k = top_k if 0 < top_k < self.num_actions else 0
+        if top_k == 0 and top_p >= 1.0:
+            return False, None
+        return True, (top_k if top_k and mismatch == "none" else None)
+
     def _actor_loss(self, actor_params, mb_: Batch):
         """PPO-style actor loss (weights / clip / Eq 13 centring) on one minibatch; samples
-        with ``actor_w`` = 0 (tool steps, empty replay slots) carry no gradient."""
+        with ``actor_w`` = 0 (tool steps, empty replay slots) carry no gradient.
+
+        Returns (pg_loss, entropy, approx_kl, ppo_clip, topk_sums): ``topk_sums`` is {} unless
+        ``centering_topk`` > 0, then :func:`topk_centering_error_sums` of this minibatch at the
+        current parameters (the error of the centring this very step used)."""
         cfg = self.config
         w = mb_.actor_w
         logits = self.actor_logits(actor_params, mb_.obs)
@@ -156,12 +286,24 @@ class Learner:
         if w is not None:  # policy_loss is a plain mean: zero the masked terms, renormalise
             adv = adv * w
             scale = w.shape[0] / jnp.maximum(jnp.sum(w), 1.0)
-        centering = None
-        if self.centered:
+        centering, topk_sums = None, {}
+        c_clip = None if self.actor_kind == "ratio" else cfg.actor_clip
+        k = self._centering_k() if self.centered else 0
+        if self.centered and k == 0:
             centering = actor_lib.centering_term(
                 log_pi_all, mb_.log_mu_all, kind=self.actor_kind,
-                clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
-                log_pi_old_all=mb_.log_pi_old_all)
+                clip=c_clip, log_pi_old_all=mb_.log_pi_old_all)
+        elif self.centered:  # what a real pipeline logs: k log-probs + ids, and n_s
+            topk_log_mu, topk_ids = jax.lax.top_k(mb_.log_mu_all, k)
+            aware, max_support = self._support_model()
+            n_s = actor_lib.behaviour_support_size(mb_.log_mu_all) if aware else None
+            centering = actor_lib.centering_term_topk(
+                log_pi_all, topk_log_mu, topk_ids, kind=self.actor_kind, clip=c_clip,
+                log_pi_old_all=mb_.log_pi_old_all, support_size=n_s, max_support=max_support)
+            topk_sums = topk_centering_error_sums(  # diagnostics only: full rows
+                log_pi_all, mb_.log_mu_all, k, kind=self.actor_kind, clip=c_clip,
+                weights=w, log_pi_old_all=mb_.log_pi_old_all, support_size=n_s,
+                max_support=max_support)
         pg_loss = actor_lib.policy_loss(
             log_pi, mb_.log_mu, adv, kind=self.actor_kind,
             clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
@@ -177,7 +319,7 @@ class Learner:
         ppo_clip = (wmean((jnp.abs(jnp.exp(log_r) - 1.0) > cfg.ppo_epsilon)
                            .astype(jnp.float32), w) if cfg.ppo_epsilon is not None
                     else jnp.zeros((), jnp.float32))
-        return pg_loss, entropy, approx_kl, ppo_clip
+        return pg_loss, entropy, approx_kl, ppo_clip, topk_sums
 
     def _critic_loss(self, critic_params, mb_: Batch):
         """0.5 (V(s) - sg[y])^2, Eq 7 (weighted by ``critic_w``)."""
@@ -220,10 +362,10 @@ class Learner:
 
         def loss_fn(params, mb_: Batch):
             actor_params, critic_params = params
-            pg_loss, entropy, approx_kl, ppo_clip = self._actor_loss(actor_params, mb_)
+            pg_loss, entropy, approx_kl, ppo_clip, topk = self._actor_loss(actor_params, mb_)
             v_loss = self._critic_loss(critic_params, mb_)
             total = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-            return total, (pg_loss, v_loss, entropy, approx_kl, ppo_clip)
+            return total, (pg_loss, v_loss, entropy, approx_kl, ppo_clip, topk)
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -242,7 +384,9 @@ class Learner:
                 aux + (b_loss,)
 
         learn, aux = self._epochs(minibatch_step, learn, batch, key, cfg.update_epochs)
-        return learn, self._loss_stats(aux, self.baseline_net is not None)
+        pg, v, ent, kl, clip, topk, b = aux
+        return learn, self._loss_stats((pg, v, ent, kl, clip, b),
+                                       self.baseline_net is not None, topk)
 
     def _learn_critic_first(self, learn, batch: Batch, ltraj, key):
         """The write-up's protocol (issue 11 §2): ``critic_steps`` epochs of critic (and
@@ -274,8 +418,8 @@ class Learner:
         batch = batch._replace(advantages=flat(prep.advantages))
 
         def actor_loss(p, mb_):
-            pg_loss, entropy, approx_kl, ppo_clip = self._actor_loss(p, mb_)
-            return pg_loss - cfg.ent_coef * entropy, (pg_loss, entropy, approx_kl, ppo_clip)
+            pg_loss, entropy, approx_kl, ppo_clip, topk = self._actor_loss(p, mb_)
+            return pg_loss - cfg.ent_coef * entropy, (pg_loss, entropy, approx_kl, ppo_clip, topk)
 
         actor_grad = jax.value_and_grad(actor_loss, has_aux=True)
 
@@ -286,17 +430,22 @@ class Learner:
             upd, a_opt = self.actor_tx.update(g, a_opt, a_params)
             return (optax.apply_updates(a_params, upd), a_opt), aux
 
-        (actor_params, actor_opt), (pg, ent, kl, clip) = self._epochs(
+        (actor_params, actor_opt), (pg, ent, kl, clip, topk) = self._epochs(
             actor_step, (actor_params, actor_opt), batch, k_actor, cfg.update_epochs)
         learn = (actor_params, critic_params, actor_opt, critic_opt, b_params, b_opt)
         return learn, self._loss_stats((pg, v_losses, ent, kl, clip, b_losses),
-                                       self.baseline_net is not None)
+                                       self.baseline_net is not None, topk)
 
     @staticmethod
-    def _loss_stats(aux, with_baseline: bool) -> dict:
+    def _loss_stats(aux, with_baseline: bool, topk_sums: Optional[dict] = None) -> dict:
+        """Means over epochs x minibatches; ``topk_sums`` (stacked per-step sums of
+        :func:`topk_centering_error_sums`) -> ``mw_topk_rel_err`` / ``z_topk_abs_err`` /
+        ``mw_norm`` over all of the update's policy steps (rows of every epoch)."""
         pg_loss, v_loss, entropy, approx_kl, ppo_clip, b_loss = (jnp.mean(a) for a in aux)
         out = {"actor_loss": pg_loss, "critic_loss": v_loss, "entropy": entropy,
                "approx_kl": approx_kl, "ppo_clip_frac": ppo_clip}
         if with_baseline:
             out["baseline_loss"] = b_loss
+        if topk_sums:
+            out |= finish_topk_errors(topk_sums)
         return out

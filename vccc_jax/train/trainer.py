@@ -32,7 +32,9 @@ Per update k (one seed):
 Metrics per update: episode return (behaviour episodes finished in the rollout), mean lag,
 losses, importance diagnostics (ESS, clip rate overall and by lag, log-ratio quantiles,
 guard / non-finite counts), KL(pi_k || mu), and every ``gt_every`` updates the critic error
-against Monte-Carlo V^{pi_k} (``envs.ground_truth``) and the current policy's return.
+against Monte-Carlo V^{pi_k} (``envs.ground_truth``) and the current policy's return; with a
+``pi_old_route``, on the same cycle, the route's actor-gradient bias / variance vs the exact
+route and both routes' clip / mask fire rates (``train.route_metrics``).
 
 Layout (read top to bottom): this file holds :class:`TrainState` and :class:`Trainer`
 (construction, rollout, ``update``, the scans over updates and seeds); the learner
@@ -65,6 +67,7 @@ from vccc_jax.envs.make import env_kind, make_env
 from vccc_jax.estimators import importance
 from vccc_jax.estimators.related import decoupled as dec
 from vccc_jax.train import replay as replay_lib
+from vccc_jax.train import route_metrics as rm
 from vccc_jax.train.config import TrainConfig, parse_actor
 from vccc_jax.train.learner import Batch, Learner, Prepared, wmean
 from vccc_jax.train.networks import Actor, Critic
@@ -96,7 +99,7 @@ class TrainState:
     ewma: Any = None  # decoupled.EwmaState of the actor (pi_old_route="ewma"), else None
 
 
-class Trainer(Learner, Truth):
+class Trainer(Learner, Truth, rm.RouteDiagnostics):
     """Builds and runs the jitted training function for one :class:`TrainConfig`."""
 
     def __init__(self, config: TrainConfig, constrain=None):
@@ -147,6 +150,8 @@ class Trainer(Learner, Truth):
         self.baseline_tx = self._optimizer(cfg.baseline_lr or cfg.critic_lr, critic_epochs)
         # decoupled pi_old (issue 13): PPO-EWMA rate from the lag law's mean unless given
         self.ewma_decay = dec.trainer_ewma_decay(cfg.ewma_decay, self.law.mean(self.num_versions))
+        # route diagnostics (train.route_metrics) need the exact route's pi_old for every route
+        self.route_diag = bool(cfg.pi_old_route) and cfg.gt_every > 0
         self._train = jax.jit(self._train_impl, static_argnums=(2,))
         # lax.map, not vmap: a vmapped flax orthogonal init is a *batched* LAPACK QR, which
         # jaxlib 0.10 splits over the 2-thread XLA:CPU pool from inside a pool thread and
@@ -252,7 +257,7 @@ class Trainer(Learner, Truth):
             switch_stride=cfg.switch_stride, temperature=cfg.temperature, top_k=cfg.top_k,
             record_states=cfg.gt_every > 0, sampler=self.sampler,
             env_discounts=self.env_kind == "token",
-            record_behaviour_log_probs=cfg.pi_old_route == "exact",
+            record_behaviour_log_probs=cfg.pi_old_route == "exact" or self.route_diag,
         )
 
     def critic_values(self, params, obs):
@@ -345,6 +350,7 @@ class Trainer(Learner, Truth):
             **gt_metrics,
         }
         if cfg.pi_old_route:
+            metrics.update(self._route_metrics(state, ltraj, prep, batch, idx))
             pi_all = jnp.exp(ltraj.log_pi_all)
             metrics["pi_old_kl"] = wmean(
                 jnp.sum(pi_all * (ltraj.log_pi_all - jnp.maximum(

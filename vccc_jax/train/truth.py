@@ -4,7 +4,8 @@ A mixin of :class:`vccc_jax.train.trainer.Trainer`, evaluated every ``gt_every``
 inside a real ``lax.cond`` (the update index is not batched over seeds):
 
 * :meth:`Truth._exact_truth` wires ``train.exact_metrics`` (closed-form V^{pi_k}, V^{mu_l},
-  the replay mixture, the exact actor-update bias; see that module for the metric names)
+  the replay mixture, the exact actor-update bias on both exact envs, with the config's
+  actor weight kind / clip / Eq 13 centring; see that module for the metric names)
   and, with the learned baseline on a tabular env, ``bstar_err`` (b_psi vs the sample b* of
   Eq 9);
 * :meth:`Truth._ground_truth` (gymnax envs): critic error vs Monte-Carlo V^{pi_k}
@@ -64,20 +65,20 @@ class Truth:
                 w_all = w_all * ltraj.is_action.astype(jnp.float32)
             weights = exact_metrics.lag_weights(ltraj.lag, w_all, nv)
             fresh_w = jnp.ones(traj.lag.shape, jnp.float32)
+            actor = dict(kind=self.actor_kind, centred=self.centered,
+                         clip=None if self.actor_kind == "ratio" else cfg.actor_clip)
             if self.env_kind == "tabular":
                 out = exact_metrics.tabular_metrics(
                     self.env_params, self.actor_logits, self.critic_values, state.actor_params,
                     state.critic_params, stacked, self.log_mu_fn, weights,
-                    traj.env_state.state, fresh_w, kind=self.actor_kind,
-                    clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
-                    centred=self.centered)
+                    traj.env_state.state, fresh_w, **actor)
                 if self.baseline_net is not None:
                     out["bstar_err"] = self._bstar_err(state, traj, prep)
                 return out
             return exact_metrics.token_metrics(
                 self.env, self.actor_logits, self.critic_values, state.actor_params,
                 state.critic_params, stacked, self.log_mu_fn, weights, traj.env_state,
-                traj.lag, fresh_w)
+                traj.lag, fresh_w, **actor)
 
         def skip(_):
             out = exact_metrics.nan_metrics(nv)
