@@ -69,13 +69,7 @@ class RouteRow(NamedTuple):
 
 def select_rows(spec: str) -> list[str]:
     """Route names of a comma-separated ``--routes`` value; unknown names -> ValueError."""
-    wanted = [r.strip() for r in spec.split(",") if r.strip()]
-    unknown = [r for r in wanted if r not in ROW_NAMES]
-    if unknown:
-        raise ValueError(f"unknown routes {unknown} (choose from {', '.join(ROW_NAMES)})")
-    if not wanted:
-        raise ValueError(f"--routes is empty (choose from {', '.join(ROW_NAMES)})")
-    return wanted
+    return train_bench.select_names(spec, ROW_NAMES, "--routes", "routes")
 
 
 def config(route: str, updates: int, seeds: int = 1, **overrides):

@@ -335,15 +335,20 @@ def format_table(rows: list[Timing], base: str = "sync-gae") -> str:
 ROW_NAMES = ("reference",) + tuple(ROWS)
 
 
+def select_names(spec: str, choices, flag: str = "--rows", noun: str = "rows") -> list[str]:
+    """Names of a comma-separated ``flag`` value, each one of ``choices``; else ValueError."""
+    wanted = [r.strip() for r in spec.split(",") if r.strip()]
+    unknown = [r for r in wanted if r not in choices]
+    if unknown:
+        raise ValueError(f"unknown {noun} {unknown} (choose from {', '.join(choices)})")
+    if not wanted:
+        raise ValueError(f"{flag} is empty (choose from {', '.join(choices)})")
+    return wanted
+
+
 def select_rows(spec: str) -> list[str]:
     """Row names of a comma-separated ``--rows`` value; unknown names -> ValueError."""
-    wanted = [r.strip() for r in spec.split(",") if r.strip()]
-    unknown = [r for r in wanted if r not in ROW_NAMES]
-    if unknown:
-        raise ValueError(f"unknown rows {unknown} (choose from {', '.join(ROW_NAMES)})")
-    if not wanted:
-        raise ValueError(f"--rows is empty (choose from {', '.join(ROW_NAMES)})")
-    return wanted
+    return select_names(spec, ROW_NAMES)
 
 
 def header(timesteps: int, seeds: int, repeats: int) -> str:

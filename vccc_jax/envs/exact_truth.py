@@ -238,6 +238,20 @@ def _surrogate_grad(apply_fn: ApplyFn, params: Any, obs_table: Array, coeff: Arr
     return jax.grad(f)(params)
 
 
+def td_actor_coefficients(log_pi: Array, log_mu: Array, adv: Array, *, kind: WeightKind,
+                          clip: Optional[float], centred: bool) -> Array:
+    """Per-action coefficients of the one-step TD actor's expected update at one state under
+    a behaviour mu (Sec 5.1; Eq 13 when ``centred``): E_mu[A (w u - c m_w) | s] =
+    sum_a coeff(a) u(a) with coeff = mu w A - c E_mu[A | s] mu w, w = ``importance_weights(
+    log pi - log mu, kind, clip)`` (0 off mu's support). Shapes broadcast to [..., A]."""
+    mus = jnp.exp(log_mu)
+    w = jnp.where(mus > 0, importance_weights(log_pi - log_mu, kind, clip), 0.0)
+    coeff = mus * w * adv
+    if centred:  # - E_mu[A | s] m_w(s), m_w = sum_a mu w u
+        coeff = coeff - jnp.sum(mus * adv, axis=-1, keepdims=True) * mus * w
+    return coeff
+
+
 def actor_update_truth(
     apply_fn: ApplyFn,
     params: Any,
@@ -263,16 +277,11 @@ def actor_update_truth(
     space). GAE / multi-step advantages are not covered. ``critic_values`` [N].
     """
     chex.assert_shape(critic_values, (mdp.num_states,))
-    pi, mus = _probs(truth.log_pi), _probs(truth.log_mus)
+    pi = _probs(truth.log_pi)
     v = critic_values.astype(pi.dtype)
     adv = exact.q_values(mdp, v=v) - v[:, None]  # E[A_phi | s, a]  [N, A]
-    w = jax.vmap(lambda lm: importance_weights(truth.log_pi - lm, kind, clip))(truth.log_mus)
-    w = jnp.where(mus > 0, w, 0.0)  # [K, N, A]
-    coeff = mus * w * adv[None]  # E_mu[w A u] = sum_a coeff(a) u(a)
-    if centred:
-        # - E_mu[A | s] m_w(s), m_w = sum_a mu w u  ->  coefficient -E_mu[A|s] mu(a) w(a)
-        mean_adv = jnp.sum(mus * adv[None], axis=-1, keepdims=True)
-        coeff = coeff - mean_adv * mus * w
+    coeff = td_actor_coefficients(truth.log_pi[None], truth.log_mus, adv[None], kind=kind,
+                                  clip=clip, centred=centred)  # [K, N, A]
     coeff = jnp.einsum("s,ks,ksa->sa", truth.d_mix, truth.posterior, coeff)
     q_pi = exact.q_values(mdp, pi)
     eq12_coeff = pi * (q_pi - truth.v_pi[:, None])  # = pi Q^pi u in expectation (sum pi u = 0)

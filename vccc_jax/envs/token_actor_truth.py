@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from vccc_jax.envs import exact_truth as et
 from vccc_jax.envs import token_env as token_env_lib
-from vccc_jax.estimators.importance import WeightKind, importance_weights
+from vccc_jax.estimators.importance import WeightKind
 from vccc_jax.tabular import token as token_task
 from vccc_jax.tabular.token import TokenTask
 
@@ -93,11 +93,6 @@ def _check_tables(task: TokenTask, posterior: Array, state_weights: Array) -> No
                          f"states), got {state_weights.shape}")
 
 
-def _token_view(task: TokenTask, x: Array) -> Array:
-    """[..., C] class table -> [..., V] token table (a gather, O(V))."""
-    return jnp.take(x, task.token_class, axis=-1)
-
-
 def update_coefficients(
     task: TokenTask,
     log_pi_fn: token_task.LogProbFn,
@@ -135,18 +130,13 @@ def update_coefficients(
         lms = log_mus_fn(t)  # [L, P, Q, V]
         chex.assert_rank(lms, 4)
         chex.assert_equal_shape([lp, lms[0]])
-        mus = jnp.exp(lms)
-        adv = _token_view(task, token_task.class_backup(task, vbar[t + 1], t)
-                          - vbar[t, :, :, 0, None])  # E[A_phi | s, a]  [P, Q, V]
-        w = importance_weights(lp[None] - lms, kind, clip)
-        w = jnp.where(mus > 0, w, 0.0)  # [L, P, Q, V]
-        coeff = mus * w * adv[None]  # E_mu[w A u] = sum_a coeff(a) u(a)
-        if centred:  # - E_mu[A|s] m_w(s), m_w = sum_a mu w u
-            mean_adv = jnp.sum(mus * adv[None], axis=-1, keepdims=True)
-            coeff = coeff - mean_adv * mus * w
+        adv = token_task.token_view(task, token_task.class_backup(task, vbar[t + 1], t)
+                                    - vbar[t, :, :, 0, None])  # E[A_phi | s, a]  [P, Q, V]
+        coeff = et.td_actor_coefficients(lp[None], lms, adv[None], kind=kind, clip=clip,
+                                         centred=centred)  # [L, P, Q, V]
         d = state_weights[t][..., None]  # [P, Q, 1]
         expected = d * jnp.sum(posterior[:, t][..., None] * coeff, axis=0)
-        q_minus_v = _token_view(task, vals.q_class[t] - vals.v[t, :, :, 0, None])
+        q_minus_v = token_task.token_view(task, vals.q_class[t] - vals.v[t, :, :, 0, None])
         return expected, d * jnp.exp(lp) * q_minus_v  # pi (Q^pi - V^pi): sum_a pi u = 0
 
     expected, eq12 = jax.lax.map(one, jnp.arange(task.horizon, dtype=jnp.int32))

@@ -341,7 +341,7 @@ class TargetExpectations(NamedTuple):
     support_violation: Array
 
 
-def _token_view(task: TokenTask, x: Array) -> Array:
+def token_view(task: TokenTask, x: Array) -> Array:
     """[P, Q, C] class table -> [P, Q, V] token table (a gather, O(V))."""
     return jnp.take(x, task.token_class, axis=-1)
 
@@ -376,7 +376,7 @@ def expected_targets(
         ll = _log_probs(logged_fn, task, t, "log_logged_fn")
         pi, mu = jnp.exp(lp), jnp.exp(lm)
         tool = _backup_at(task, _class_sum(mu, task), b.h)  # k > 0 part is policy-free
-        rew, disc, nxt = (_token_view(task, x[:, :, 0, :]) for x in (b.step.reward, b.step.discount, b.next_values))
+        rew, disc, nxt = (token_view(task, x[:, :, 0, :]) for x in (b.step.reward, b.step.discount, b.next_values))
         v0 = vbar[t][:, :, 0]
         vals = jnp.broadcast_to(v0[..., None], lp.shape)
         log_rhos = lp - ll
