@@ -1,16 +1,22 @@
-"""What every command shares: one-line errors with exit status 2, and an argparse parser
-that reports through the same channel."""
+"""What every command shares: one-line errors with exit status 2, an argparse parser that
+reports through the same channel, and the checks commands run before importing JAX
+(output directories, ``--set`` pairs, whether a multi-host run was asked for)."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
+from pathlib import Path
 from typing import Callable, NoReturn, Optional, Sequence
 
 EXIT_BAD_INPUT = 2
 # Errors that mean "the input is wrong": configs, flags, names, files.
-BAD_INPUT = (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError)
+BAD_INPUT = (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError,
+             NotADirectoryError, PermissionError)
+DISTRIBUTED_FLAGS = ("--coordinator", "--num-processes", "--process-id")
+DISTRIBUTED_ENV = "VCCC_COORDINATOR"
 
 
 class UsageError(Exception):
@@ -56,3 +62,32 @@ def guarded(command: str) -> Callable:
         return run
 
     return wrap
+
+
+def output_dir(path: str | os.PathLike, flag: str) -> Path:
+    """Create the output directory ``path`` (parents too) now, before any compute; one that
+    cannot be created raises ValueError naming ``flag``."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {p}: cannot create directory ({e.strerror or e})") from None
+    if not os.access(p, os.W_OK):
+        raise ValueError(f"{flag} {p}: directory is not writable")
+    return p
+
+
+def output_file(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` whose directory exists or can be created (made now); else ValueError."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {p}: is a directory, expected a file path")
+    output_dir(p.parent if str(p.parent) else ".", flag)
+    return p
+
+
+def distributed_requested(argv: Sequence[str]) -> bool:
+    """Whether the command line or the environment asks for a multi-host run (only then is
+    ``jax.distributed`` started -- and JAX imported -- before validation)."""
+    return bool(os.environ.get(DISTRIBUTED_ENV)) or any(
+        a.split("=")[0] in DISTRIBUTED_FLAGS for a in argv)

@@ -346,8 +346,7 @@ def run_sweep(
     with jax.enable_x64(True), open_store(path, wait=wait_for_lock) as store:
         done = sum(store.has(cid) for g in groups for cid, _ in g.cells)
         show = progress and main
-        bar = Progress(total, done=done, stream=stream, tty=None if show else False,
-                       min_interval=5.0 if show else float("inf"))
+        bar = Progress(total, done=done, stream=stream, show=show)
         todo = agree([any(not store.has(cid) for cid, _ in g.cells) for g in groups])
         for g, run in zip(groups, todo):
             if not run:
@@ -355,13 +354,15 @@ def run_sweep(
             bar.set_note(g.key)
             metrics, timings = evaluate_group(g, cfg, mesh)
             per_cell = timings["total_s"] / len(g.cells)
+            added = 0
             for (cid, cell), m in zip(g.cells, metrics):
                 if store.has(cid):
                     continue
                 meta = dict(prov, timings=dict(timings, cell_s=round(per_cell, 4)))
                 with signals_deferred():
                     store.append({"id": cid, "cell": cell, "metrics": m, "meta": meta})
-                bar.advance(1)
+                added += 1
+            bar.advance(added, compile_s=timings["compile_s"])  # ETA: compute only
         bar.close()
         rows = [store.row(cid) for g in groups for cid, _ in g.cells if store.has(cid)]
     return path, rows
