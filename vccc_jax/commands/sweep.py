@@ -199,12 +199,7 @@ def _export(store: Path, args) -> int:
     if not store.exists():
         return fail("sweep", f"--export: no result store at {store} (run the sweep first, "
                     "or pass --results DIR)")
-    try:
-        n = write_csv(read_rows(store), sys.stdout)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `| head`: the reader has had enough
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    n = write_csv(read_rows(store), sys.stdout)
     print(f"vccc sweep: exported {n} rows of {store}", file=sys.stderr)
     return 0
 
