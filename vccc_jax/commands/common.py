@@ -82,7 +82,11 @@ def output_file(path: str | os.PathLike, flag: str) -> Path:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{flag} {p}: is a directory, expected a file path")
-    output_dir(p.parent if str(p.parent) else ".", flag)
+    try:
+        output_dir(p.parent, flag)
+    except ValueError as e:
+        raise ValueError(f"{flag} {p}: cannot create directory {p.parent} "
+                         f"({str(e).rpartition('(')[2]}") from None
     return p
 
 

@@ -105,7 +105,10 @@ def main(argv: Optional[list[str]] = None):
         if exp.kind != "tabular_sweep":
             raise ValueError(f"--devices/--mesh split tabular sweeps; {exp.path} is {exp.kind!r}")
         args.mesh_obj = mesh_of(args)
-    cfg, body, ids = plan(exp)
+    from vccc_jax.runs.store import cell_id
+
+    cfg, body, cells = plan(exp)
+    ids = [cell_id(c) for c in cells]
     if args.dry_run:
         return lambda: _dry_run(exp, ids, store)
     return lambda: _interruptible(body, cfg, args, exp, ids, store)
@@ -115,21 +118,19 @@ SWEEP_KINDS = ("tabular_sweep", "async_ac", "critic_free", "decoupled", "rac", "
 
 
 def plan(exp):
-    """(config, body, cell ids) of a sweep experiment: its semantic validation (unknown
-    methods, laws, ...: ValueError), the function that runs it and the store ids of its
-    cells, in grid order."""
-    from vccc_jax.runs.store import cell_id
-
+    """(config, body, cells) of a sweep experiment: its semantic validation (unknown
+    methods, laws, ...: ValueError), the function that runs it and its cells as the store
+    keys them (``store.cell_id(cell)``), in grid order."""
     if exp.kind == "tabular_sweep":
         from vccc_jax.runs import tabular_config
 
         cfg = tabular_config.config_of(exp)
-        return cfg, _tabular, [cid for g in tabular_config.expand(cfg) for cid, _ in g.cells]
+        return cfg, _tabular, [c for g in tabular_config.expand(cfg) for _, c in g.cells]
     if exp.kind == "async_ac":
         from vccc_jax.runs import async_ac
 
         cfg = async_ac.config_of(exp)
-        return cfg, _async_ac, [cell_id(dict(c, grid=cfg)) for c in async_ac.grid_cells(cfg)]
+        return cfg, _async_ac, [dict(c, grid=cfg) for c in async_ac.grid_cells(cfg)]
     if exp.kind == "critic_free":  # GRPO vs PS-PPO grid (commands/critic_free.py)
         from vccc_jax.commands import critic_free
         from vccc_jax.runs.critic_free import validate
@@ -147,7 +148,7 @@ def plan(exp):
         from vccc_jax.runs.rac_wallclock import validate_wallclock
 
         cells, body = validate_wallclock(exp), _rac
-    return exp, body, [cell_id(c) for c in cells]
+    return exp, body, cells
 
 
 def cell_seconds(row: dict) -> Optional[float]:
