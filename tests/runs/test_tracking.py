@@ -52,3 +52,13 @@ def test_specs_and_the_null_tracker(tmp_path):
         t.log_cell("c", {}, {"a": 1.0})
     assert not (tmp_path / "tb").exists()
     assert tracking.scalars({"a": {"b": np.int64(3)}, "c": math.inf}) == {"a/b": 3.0}
+
+
+def test_log_rows_logs_the_mean_over_seeds_per_update(tmp_path):
+    rows = [{"update": u, "seed": s, "return": 10.0 * u + s, "gt_mse": float("nan") if s else u}
+            for u in (0, 1) for s in (0, 1, 2)]
+    with tracking.open_tracker("tensorboard", logdir=tmp_path) as t:
+        tracking.log_rows(t, rows)
+    got = {(s, tag): v for s, tag, v, plugin in read_events(next(tmp_path.glob("events.*")))}
+    assert got == {(0, "return"): 1.0, (0, "gt_mse"): 0.0, (1, "return"): 11.0,
+                   (1, "gt_mse"): 1.0}  # NaN seeds left out; no "seed" or "update" tags

@@ -13,11 +13,13 @@ format, one code path to test).
 
 ``log`` takes any mapping: non-numeric and non-finite values are skipped, nested mappings
 become ``a/b`` tags. ``log_cell`` records one finished grid cell of a sweep (TensorBoard's
-HParams table: one row per cell, its parameters and metrics). The trainer's hook is three lines (``runs.train.run_one``)::
+HParams table: one row per cell, its parameters and metrics). The trainer's hook is three lines
+(``runs.train.run_one``; ``new_rows``: the chunk's ``metrics_to_rows``, one per update and
+seed; :func:`log_rows` logs the mean over seeds at each update)::
 
     tracker = open_tracker(track, logdir=out / "tensorboard", config=cfg.to_dict())
-    for row in new_rows: tracker.log(row["update"], row)      # after each chunk
-    tracker.close()
+    log_rows(tracker, new_rows)                                # after each chunk
+    tracker.close()                                            # after the loop
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 BACKENDS = ("none", "tensorboard")
 
@@ -110,6 +112,23 @@ class TensorBoardTracker(Tracker):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def log_rows(tracker: Tracker, rows: Sequence[Mapping], step: str = "update",
+             skip: Sequence[str] = ("seed",)) -> None:
+    """Log table rows (e.g. ``metrics.csv`` rows, one per update and seed): at each value of
+    ``rows[i][step]``, the mean over its rows of every numeric column (NaN ignored) except
+    ``step`` and ``skip``."""
+    by_step: dict[int, list[Mapping]] = {}
+    for row in rows:
+        by_step.setdefault(int(row[step]), []).append(row)
+    for k in sorted(by_step):
+        columns: dict[str, list[float]] = {}
+        for row in by_step[k]:
+            for tag, v in scalars({c: x for c, x in row.items()
+                                   if c != step and c not in skip}).items():
+                columns.setdefault(tag, []).append(v)
+        tracker.log(k, {tag: sum(vs) / len(vs) for tag, vs in columns.items()})
 
 
 def open_tracker(spec: Optional[str], *, logdir: str | os.PathLike,
