@@ -110,7 +110,7 @@ def main(argv: Optional[list[str]] = None):
     cfg, body, cells = plan(exp)
     ids = [cell_id(c) for c in cells]
     if args.dry_run:
-        return lambda: _dry_run(exp, ids, store)
+        return lambda: dry_run(exp, ids, store)
     return lambda: _interruptible(body, cfg, args, exp, ids, store)
 
 
@@ -164,7 +164,11 @@ def cell_seconds(row: dict) -> Optional[float]:
     return None
 
 
-def _dry_run(exp, ids: list, store: Path) -> int:
+def dry_run(exp, ids: list, store: Path) -> int:
+    """Print the grid size, how many of its cells ``store`` already holds, and an ETA for
+    the rest from the compute time the store measured (median per cell) plus its compile
+    time; unknown when it holds no timed cell. (``vccc train --config X --dry-run`` can
+    call it with ``[cell_id(c.to_dict()) for c in cells]`` and ``<out>/<name>.jsonl``.)"""
     from vccc_jax.runs.progress import format_seconds
     from vccc_jax.runs.store import read_rows
 
