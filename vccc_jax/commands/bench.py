@@ -5,7 +5,7 @@
     vccc bench train      [--seeds N] [--timesteps N] [--repeats N] [--rows a,b] [--actor K]
     vccc bench scale      [...]   (flags: ``vccc bench scale --help``)
     vccc bench routes     [--updates N] [--seeds N] [--repeats N] [--routes a,b] [--lag L] ...
-    vccc bench device     --out DIR [--small | --full] [--sections a,b] [--budget S]
+    vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
 
 The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
 this module parses, validates, prints the header before the (long) measurements, progress
@@ -309,7 +309,8 @@ def device_parser() -> Parser:
     from vccc_jax.benchmarks import device as b
 
     p = Parser(prog=f"{PROG} device", description=b.__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="directory for device.json and device.md")
+    p.add_argument("--out", default="results/bench/device",
+                   help="directory for device.json and device.md (default results/bench/device)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", default=None,
                       help="small sizes (the default on CPU): a smoke test of the script")
