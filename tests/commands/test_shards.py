@@ -69,6 +69,14 @@ def test_shard_flag_errors_are_one_line(tmp_path, config, capsys):
     assert not (tmp_path / "r").exists()  # nothing ran
 
 
+def test_train_single_run_refuses_shards(capsys):
+    from vccc_jax.commands import train
+
+    assert train.main(["--shard", "0/2", "--timesteps", "1024"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vccc train: --shard/--shards split a grid") and err.count("\n") == 1
+
+
 def test_launch_argv_drops_only_launch_flags():
     argv = ["--config", "x.toml", "--shards", "4", "--launcher=slurm", "--launcher-opt",
             "mem_gb=4", "--launch-dir", "d", "--no-figures", "--results", "r"]

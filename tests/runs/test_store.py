@@ -173,3 +173,22 @@ def test_shards_union_equals_one_writer(tmp_path):
     dup = dict(rows[0], metrics={"x": -1.0})
     (tmp_path / "one" / "shard-0-of-5.jsonl").write_text(st.canonical_json(dup) + "\n")
     assert st.rows_by_id(one)[rows[0]["id"]]["metrics"]["x"] == 0.0
+
+
+def test_file_system_without_locks_still_writes(tmp_path, monkeypatch):
+    import errno
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(st.fcntl, "flock", no_locks)
+    with st.ResultStore(tmp_path / "s.jsonl", shard=st.Shard(0, 2)) as s:
+        assert s.append(_row(1))
+    assert len(st.read_rows(tmp_path / "s.jsonl")) == 1
+
+    def broken(fd, op):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(st.fcntl, "flock", broken)
+    with pytest.raises(OSError, match="I/O error"):
+        st.ResultStore(tmp_path / "s.jsonl").open()

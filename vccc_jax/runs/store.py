@@ -23,7 +23,9 @@ Guarantees (what ``vccc sweep`` relies on to resume after Ctrl-C or SIGKILL):
   never reused by accident. Should a duplicate id ever appear, the first row wins (the
   unsharded file first, then shard files by (N, i)).
 * **One writer per file.** An exclusive ``flock`` on its file stops two processes from
-  appending to the same file at once; writers of different shards never wait.
+  appending to the same file at once; writers of different shards never wait. (On a file
+  system without locks, e.g. Lustre mounted without ``flock``, the check is skipped: give
+  each job its own ``--shard``.)
 
 Each row: ``{"id", "cell": {...full config...}, "metrics": {...}, "meta": {git revision,
 package versions, timings, ...}}`` (``runs.provenance``). :func:`table_rows` drops ``meta`` (timings differ run to
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import fcntl
 import hashlib
 import json
@@ -289,6 +292,10 @@ class ResultStore:
             raise StoreLockedError(
                 f"another process is writing to {self.file} (shard {self.shard} of the store "
                 f"{self.path})") from e
+        except OSError as e:  # a file system without locks (Lustre mounted without flock)
+            if e.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+                os.close(fd)
+                raise
         data = b""
         while chunk := os.pread(fd, 1 << 20, len(data)):
             data += chunk
@@ -302,8 +309,7 @@ class ResultStore:
 
     def close(self) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
+            os.close(self._fd)  # releases the lock
             self._fd = None
 
     def __enter__(self) -> "ResultStore":
