@@ -62,9 +62,7 @@ SMALL = {
     "ceiling_mib": 16, "vtrace_sizes": ((32, 256), (64, 1024)), "vtrace_reps": 3,
     # one config: a CPU compiles each trainer in 10-80 s (the reference needs 4 x 128 steps)
     "trainer": (("1 seed x 4 envs", 1, 4, 4 * 128, ("reference", "lag8-vccc")),),
-    "repeats": 1, "warm": ("1 seed x 4 envs",),
-    # our small rows use T = 16 (the reference keeps its 128: it is PureJaxRL's script)
-    "trainer_overrides": {"num_steps": 16, "hidden": 16},
+    "repeats": 1, "warm": ("1 seed x 4 envs",), "trainer_overrides": {},
     "token": {"env": "token:V=64,H=16", "num_envs": 4, "num_steps": 16, "updates": 2,
               "hidden": 16},
     "scale": {"envs_per_device": 4, "steps": 16, "updates": 2, "repeats": 1, "hidden": 16},
