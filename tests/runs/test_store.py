@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from vccc_jax.runs import provenance as prov
 from vccc_jax.runs import store as st
 
 
@@ -192,3 +193,10 @@ def test_file_system_without_locks_still_writes(tmp_path, monkeypatch):
     monkeypatch.setattr(st.fcntl, "flock", broken)
     with pytest.raises(OSError, match="I/O error"):
         st.ResultStore(tmp_path / "s.jsonl").open()
+
+
+def test_provenance_records_versions_and_git():
+    p = prov.provenance()
+    assert p["packages"]["jax"] is not None and p["packages"]["numpy"] is not None
+    assert set(p["git"]) == {"rev", "dirty"}
+    assert p["python"].count(".") == 2
