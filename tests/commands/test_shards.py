@@ -57,12 +57,14 @@ def test_shards_by_hand_union_equals_one_process(tmp_path, config, capsys):
     assert "4/4 cells" in capsys.readouterr().out.splitlines()[-1]
 
 
-def test_shard_flag_errors_are_one_line(tmp_path, config, capsys):
+def test_shard_flag_errors_are_one_line(tmp_path, config, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
     for extra, msg in ((["--shard", "2/2"], "--shard must be i/N"),
                        (["--shard", "0/2", "--shards", "2"], "exclude each other"),
                        (["--shards", "0"], "--shards must be >= 1"),
                        (["--shards", "2", "--launcher-opt", "gpus"], "KEY=VALUE"),
-                       (["--shards", "2", "--launcher", "k8s"], "invalid choice")):
+                       (["--shards", "2", "--launcher", "k8s"], "invalid choice"),
+                       (["--shards", "2", "--launcher", "slurm"], "no sbatch on PATH")):
         assert _sweep(config, tmp_path / "r", *extra) == 2
         err = capsys.readouterr().err
         assert err.startswith("vccc sweep: ") and msg in err and err.count("\n") == 1, err

@@ -56,7 +56,7 @@ def scaled(command: str, main: Callable, argv: Optional[list[str]], args,
     * ``--shards N``: submit N jobs of this command (``main``, argv + ``--shard i/N``), wait,
       then run ``body`` once: every cell is done, so it only reads the union and prints.
     """
-    from vccc_jax.runs.launch import parse_options
+    from vccc_jax.runs.launch import check, parse_options
     from vccc_jax.runs.store import Shard, parse_shard, sharded
 
     if args.shard is not None and args.shards is not None:
@@ -74,6 +74,7 @@ def scaled(command: str, main: Callable, argv: Optional[list[str]], args,
     if args.shards < 1:
         raise ValueError(f"--shards must be >= 1, got {args.shards}")
     options = parse_options(args.launcher_opt)
+    check(args.launcher)
     base = _strip(list(sys.argv[2:] if argv is None else argv))
     folder = Path(args.launch_dir) if args.launch_dir else Path(results) / "launch" / command
 

@@ -33,6 +33,22 @@ def load_submitit():
     return submitit
 
 
+def check(launcher: str) -> None:
+    """ValueError unless ``launcher`` can start jobs here (known name, submitit installed,
+    ``sbatch`` on PATH for SLURM): called before anything runs."""
+    import shutil
+
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    try:
+        load_submitit()
+    except ImportError as e:
+        raise ValueError(str(e)) from None
+    if launcher == "slurm" and shutil.which("sbatch") is None:
+        raise ValueError("--launcher slurm: no sbatch on PATH (run it where SLURM jobs are "
+                         "submitted, or use --launcher local, or --shard i/N per job)")
+
+
 def parse_options(pairs: Sequence[str]) -> dict:
     """``["timeout_min=60", "slurm_partition=gpu"]`` -> {name: int | float | str}
     (submitit's parameter names: timeout_min, gpus_per_node, cpus_per_task, mem_gb,
