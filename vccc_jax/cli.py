@@ -22,7 +22,10 @@ COMMANDS = {
 
 def usage() -> str:
     rows = "\n".join(f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items())
-    return f"usage: vccc COMMAND [ARGS]\n\ncommands:\n{rows}\n"
+    return (f"usage: vccc COMMAND [ARGS]\n\ncommands:\n{rows}\n\n"
+            "Compiled programs are cached in $XDG_CACHE_HOME/vccc_jax/jax_cache (JAX's "
+            "persistent\ncompilation cache; VCCC_COMPILE_CACHE=DIR or off; any command: "
+            "--no-compile-cache).\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vccc: unknown command {name!r} (commands: {', '.join(COMMANDS)})",
               file=sys.stderr)
         return 2
+    from vccc_jax.train.compile_cache import configure
+
+    rest, _ = configure(rest)  # JAX's persistent compilation cache (--no-compile-cache: off)
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest) or 0)
 

@@ -118,12 +118,12 @@ def build_parser() -> Parser:
 
 @guarded("figures")
 def main(argv: Optional[list[str]] = None):
-    from vccc_jax.runs.store import read_rows
+    from vccc_jax.runs.store import is_store, read_rows
 
     args = build_parser().parse_args(argv)
     if args.store is not None:
         store = Path(args.store)
-        if not store.is_file():
+        if not is_store(store):  # a file, or a store's shard files (runs.store)
             return fail("figures", f"no result store at {store}")
 
         def draw_store() -> int:

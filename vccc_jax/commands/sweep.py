@@ -10,8 +10,11 @@ are kept and only the missing ones are computed (``runs.store``).
 
 Tabular sweeps scale out (issue 10): ``--devices 8`` / ``--mesh data=8`` splits every
 group's batch of cells over the mesh's "data" axis (the same rows as one device);
-``--coordinator HOST:PORT --num-processes N --process-id I`` (or VCCC_*) runs it on
-several hosts, process 0 writing the store.
+``--coordinator HOST:PORT --num-processes N --process-id I`` (or VCCC_*; ``auto`` or a
+SLURM / Open MPI / TPU pod launch: detected) runs it on several hosts, process 0 writing.
+
+Every kind scales out over machines (issue 22): ``--shards N [--launcher local|slurm]``
+launches N shard jobs, ``--shard i/N`` runs one (``commands.shards``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from vccc_jax.commands.common import Parser, fail, guarded
+from vccc_jax.commands.shards import add_shard_flags, scaled
 from vccc_jax.commands.train import (
     add_distributed_flags,
     add_mesh_flags,
@@ -46,6 +50,7 @@ def build_parser() -> Parser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_mesh_flags(p)
     add_distributed_flags(p)
+    add_shard_flags(p)
     return p
 
 
@@ -91,7 +96,8 @@ def main(argv: Optional[list[str]] = None):
         cfg, body = exp, _rac
     else:
         raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with `vccc train`, not `vccc sweep`")
-    return lambda: _interruptible(body, cfg, args)
+    return scaled("sweep", main, argv, args, lambda: _interruptible(body, cfg, args),
+                  Path(args.results))
 
 
 def _interruptible(body, cfg: dict, args) -> int:
