@@ -43,7 +43,10 @@ def version() -> str:
 def usage() -> str:
     rows = "\n".join(f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items())
     return (f"usage: vccc COMMAND [ARGS]   (vccc COMMAND --help; vccc --version)\n\n"
-            f"commands:\n{rows}\n")
+            f"commands:\n{rows}\n\n"
+            "Compiled programs are cached in $XDG_CACHE_HOME/vccc_jax/jax_cache (JAX's "
+            "persistent\ncompilation cache; VCCC_COMPILE_CACHE=DIR or off; any command: "
+            "--no-compile-cache).\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vccc: unknown command {name!r} (commands: {', '.join(COMMANDS)})",
               file=sys.stderr)
         return 2
+    from vccc_jax.train.compile_cache import configure
+
+    rest, _ = configure(rest)  # JAX's persistent compilation cache (--no-compile-cache: off)
     module = importlib.import_module(COMMANDS[name][0])
     try:
         return int(module.main(rest) or 0)

@@ -1,6 +1,6 @@
 """What every command shares: one-line errors with exit status 2, an argparse parser that
-reports through the same channel, and the checks commands run before importing JAX
-(output directories, ``--set`` pairs, whether a multi-host run was asked for)."""
+reports through the same channel, and the output-location checks commands run before any
+compute."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ EXIT_BAD_INPUT = 2
 # Errors that mean "the input is wrong": configs, flags, names, files.
 BAD_INPUT = (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError,
              NotADirectoryError, PermissionError)
-DISTRIBUTED_FLAGS = ("--coordinator", "--num-processes", "--process-id")
-DISTRIBUTED_ENV = "VCCC_COORDINATOR"
 
 
 class UsageError(Exception):
@@ -89,9 +87,3 @@ def output_file(path: str | os.PathLike, flag: str) -> Path:
                          f"({str(e).rpartition('(')[2]}") from None
     return p
 
-
-def distributed_requested(argv: Sequence[str]) -> bool:
-    """Whether the command line or the environment asks for a multi-host run (only then is
-    ``jax.distributed`` started -- and JAX imported -- before validation)."""
-    return bool(os.environ.get(DISTRIBUTED_ENV)) or any(
-        a.split("=")[0] in DISTRIBUTED_FLAGS for a in argv)

@@ -118,14 +118,14 @@ def build_parser() -> Parser:
 
 @guarded("figures")
 def main(argv: Optional[list[str]] = None):
-    from vccc_jax.runs.store import read_rows
+    from vccc_jax.runs.store import is_store, read_rows
 
     args = build_parser().parse_args(argv)
     if args.timeout < 1:
         raise ValueError(f"--timeout must be >= 1 second, got {args.timeout}")
     if args.store is not None:
         store = Path(args.store)
-        if not store.is_file():
+        if not is_store(store):  # a file, or a store's shard files (runs.store)
             return fail("figures", f"no result store at {store}")
         output_dir(args.out, "--out")
 

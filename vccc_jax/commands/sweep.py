@@ -14,8 +14,12 @@ are kept and only the missing ones are computed (``runs.store``).
 
 Tabular sweeps scale out (issue 10): ``--devices 8`` / ``--mesh data=8`` splits every
 group's batch of cells over the mesh's "data" axis (the same rows as one device);
-``--coordinator HOST:PORT --num-processes N --process-id I`` (or VCCC_*) runs it on
-several hosts, process 0 writing the store.
+``--coordinator HOST:PORT --num-processes N --process-id I`` (or VCCC_*; ``auto`` or a
+SLURM / Open MPI / TPU pod launch: detected) runs it on several hosts, process 0 writing.
+
+Every kind scales out over machines (issue 22): ``--shards N [--launcher local|slurm]``
+launches N shard jobs, ``--shard i/N`` runs one (``commands.shards``); ``--dry-run``,
+``--export`` and ``--track`` read the union of the shard files.
 
 Bad input (flags, a config key or value, ``--set``, an output directory that cannot be made)
 is one line ``vccc sweep: <what is wrong>`` and exit status 2, found before JAX is imported
@@ -31,13 +35,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from vccc_jax.commands.common import (
-    Parser,
-    distributed_requested,
-    fail,
-    guarded,
-    output_dir,
-)
+from vccc_jax.commands.common import Parser, fail, guarded, output_dir
+from vccc_jax.commands.shards import add_shard_flags, scaled
 from vccc_jax.commands.train import (
     add_distributed_flags,
     add_mesh_flags,
@@ -75,14 +74,14 @@ def build_parser() -> Parser:
                       "lists as JSON); compute nothing")
     add_mesh_flags(p)
     add_distributed_flags(p)
+    add_shard_flags(p)
     return p
 
 
 @guarded("sweep")
 def main(argv: Optional[list[str]] = None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    # before any jax array exists; only when asked (it imports JAX)
-    started = start_distributed(argv) if distributed_requested(argv) else False
+    started = start_distributed(argv)  # before any jax array exists (JAX only if asked)
     args = build_parser().parse_args(argv)
     exp = schema.load(args.config or schema.default_path(), args.overrides)
     store = Path(args.results) / f"{exp.name}.jsonl"
@@ -111,7 +110,8 @@ def main(argv: Optional[list[str]] = None):
     ids = [cell_id(c) for c in cells]
     if args.dry_run:
         return lambda: dry_run(exp, ids, store)
-    return lambda: _interruptible(body, cfg, args, exp, ids, store)
+    return scaled("sweep", main, argv, args,
+                  lambda: _interruptible(body, cfg, args, exp, ids, store), Path(args.results))
 
 
 SWEEP_KINDS = ("tabular_sweep", "async_ac", "critic_free", "decoupled", "rac", "rac_wallclock")
@@ -172,7 +172,7 @@ def dry_run(exp, ids: list, store: Path) -> int:
     from vccc_jax.runs.progress import format_seconds
     from vccc_jax.runs.store import read_rows
 
-    rows = read_rows(store) if store.exists() else []
+    rows = read_rows(store)  # the union of its shard files; none yet: []
     have = {r.get("id") for r in rows}
     done = sum(i in have for i in ids)
     todo = len(ids) - done
@@ -199,9 +199,9 @@ def dry_run(exp, ids: list, store: Path) -> int:
 
 def _export(store: Path, args) -> int:
     from vccc_jax.runs.export import write_csv
-    from vccc_jax.runs.store import read_rows
+    from vccc_jax.runs.store import is_store, read_rows
 
-    if not store.exists():
+    if not is_store(store):
         return fail("sweep", f"--export: no result store at {store} (run the sweep first, "
                     "or pass --results DIR)")
     n = write_csv(read_rows(store), sys.stdout)
@@ -212,10 +212,10 @@ def _export(store: Path, args) -> int:
 def _track(args, exp, ids: list, store: Path) -> None:
     """Every stored cell of this grid into the tracker (TensorBoard HParams: one row each)."""
     from vccc_jax.runs.export import flatten
-    from vccc_jax.runs.store import read_rows
+    from vccc_jax.runs.store import rows_by_id
     from vccc_jax.runs.tracking import open_tracker
 
-    by_id = {r.get("id"): r for r in read_rows(store)} if store.exists() else {}
+    by_id = rows_by_id(store)
     rows = [by_id[i] for i in ids if i in by_id]
     logdir = Path(args.results) / "tensorboard" / exp.name
     with open_tracker(args.track, logdir=logdir, config={"name": exp.name, "kind": exp.kind,

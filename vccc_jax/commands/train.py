@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from vccc_jax.commands.common import Parser, guarded
+from vccc_jax.commands.shards import add_shard_flags, scaled
 
 ALIASES = {"num_seeds": ["--seeds"], "total_timesteps": ["--timesteps"]}
 SUMMARY_KEYS = ("final_return", "final_eval_return", "gt_mse", "gt_rel_err", "lag_mean", "ess")
@@ -70,7 +71,9 @@ def _parse_value(text: str, default: Any):
 def add_distributed_flags(p) -> None:
     """--coordinator / --num-processes / --process-id (shared with ``vccc sweep``)."""
     p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                   help="jax.distributed coordinator (multi-host; env VCCC_COORDINATOR)")
+                   help="jax.distributed coordinator (multi-host; env VCCC_COORDINATOR); "
+                   "'auto': let JAX detect the cluster (SLURM, Open MPI and TPU pod "
+                   "launches are detected without it)")
     p.add_argument("--num-processes", type=int, default=None,
                    help="processes in a multi-host run (env VCCC_NUM_PROCESSES)")
     p.add_argument("--process-id", type=int, default=None,
@@ -94,9 +97,9 @@ def start_distributed(argv: Optional[list[str]]) -> bool:
     pre = Parser(add_help=False)
     add_distributed_flags(pre)
     known, _ = pre.parse_known_args(argv)
-    from vccc_jax.train.sharding import initialize_distributed
+    from vccc_jax.runs.distributed import start
 
-    return initialize_distributed(known.coordinator, known.num_processes, known.process_id)
+    return start(known.coordinator, known.num_processes, known.process_id)
 
 
 def mesh_of(args):
@@ -143,6 +146,7 @@ def build_parser() -> Parser:
     p.add_argument("--no-figure", action="store_true", help="skip the PNG figure")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     add_critic_free_flags(p)
+    add_shard_flags(p)
     for f in dataclasses.fields(TrainConfig):
         default = f.default
         flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
@@ -199,7 +203,9 @@ def main(argv: Optional[list[str]] = None):
              if k not in ("config", "out", "quiet", "no_figure", "overrides")}
     if runs_cf.wants(given, exp):
         cf_exp = runs_cf.from_flags(given, exp)
-        return lambda: _critic_free(cf_exp, Path(args.out or "results"), args)
+        cf_out = Path(args.out or "results")
+        return scaled("train", main, argv, args, lambda: _critic_free(cf_exp, cf_out, args),
+                      cf_out)
     args.mesh_obj = mesh_of(args)
     overrides = _overrides(args)
     if exp is not None and exp.kind != "train":
@@ -211,7 +217,10 @@ def main(argv: Optional[list[str]] = None):
         for c in cells:
             check_divisible(c.num_envs, args.mesh_obj)
         out = Path(args.out) if args.out else Path("results") / "train"
-        return lambda: _grid(exp.name, cells, out, args)
+        return scaled("train", main, argv, args, lambda: _grid(exp.name, cells, out, args), out)
+    if args.shard is not None or args.shards is not None:
+        raise ValueError("--shard/--shards split a grid (--config with a [grid]) into shards; "
+                         "one run scales with --devices / --coordinator")
     fields = dict(exp.base if exp is not None else {}, **overrides)
     cfg = runs_train.config_from(fields, exp.path if exp is not None else "train flags")
     out = Path(args.out) if args.out else runs_train.default_out(cfg)

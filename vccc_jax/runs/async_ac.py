@@ -207,10 +207,14 @@ def run_sweep(
     path = Path(results_dir) / f"{cfg['name']}.jsonl"
     prov = provenance()
     with ResultStore(path) as store:
-        bar = Progress(len(cells), done=sum(map(store.has, ids)), stream=stream,
-                       show=progress)
+        # one program per mode: a mode is the unit of work a shard owns (by its first cell)
+        unit = {c["mode"]: i for i, c in reversed(list(zip(ids, cells)))}
+        mine = [store.owns(unit[c["mode"]]) for c in cells]
+        bar = Progress(sum(mine), done=sum(store.has(i) for i, m in zip(ids, mine) if m),
+                       stream=stream, show=progress)
         for mode in cfg["modes"]:
-            if all(store.has(i) for i, c in zip(ids, cells) if c["mode"] == mode):
+            if not store.owns(unit[mode]) or all(
+                    store.has(i) for i, c in zip(ids, cells) if c["mode"] == mode):
                 continue
             bar.set_note(mode)
             t_mode = time.perf_counter()
