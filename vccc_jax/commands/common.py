@@ -62,6 +62,21 @@ def guarded(command: str) -> Callable:
     return wrap
 
 
+def check_output_dir(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` if it is a directory or could be made one, checked without creating
+    anything (its nearest existing ancestor must be a writable directory); else
+    ValueError naming ``flag``. :func:`output_dir` then makes it."""
+    p = Path(path)
+    probe = p
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{flag} {p}: cannot create directory ({probe} is not a directory)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {p}: cannot create directory ({probe} is not writable)")
+    return p
+
+
 def output_dir(path: str | os.PathLike, flag: str) -> Path:
     """Create the output directory ``path`` (parents too) now, before any compute; one that
     cannot be created raises ValueError naming ``flag``."""

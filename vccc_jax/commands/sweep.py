@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from vccc_jax.commands.common import Parser, fail, guarded, output_dir
+from vccc_jax.commands.common import Parser, check_output_dir, fail, guarded, output_dir
 from vccc_jax.commands.shards import add_shard_flags, scaled
 from vccc_jax.commands.train import (
     add_distributed_flags,
@@ -94,10 +94,10 @@ def main(argv: Optional[list[str]] = None):
         raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with "
                          f"`vccc {'simulate' if exp.kind == 'pipeline' else 'train'}`, "
                          "not `vccc sweep`")
-    if not args.dry_run:  # made now: a bad directory is found before any compute
-        output_dir(args.results, "--results")
+    if not args.dry_run:  # before JAX; made (output_dir) once everything else is checked
+        check_output_dir(args.results, "--results")
         if not args.no_figures:
-            output_dir(args.figures, "--figures")
+            check_output_dir(args.figures, "--figures")
     args.mesh_obj = None
     if args.devices is not None or args.mesh is not None or (
             started and exp.kind == "tabular_sweep"):  # several hosts: all their devices
@@ -110,8 +110,12 @@ def main(argv: Optional[list[str]] = None):
     ids = [cell_id(c) for c in cells]
     if args.dry_run:
         return lambda: dry_run(exp, ids, store)
-    return scaled("sweep", main, argv, args,
-                  lambda: _interruptible(body, cfg, args, exp, ids, store), Path(args.results))
+    run = scaled("sweep", main, argv, args,
+                 lambda: _interruptible(body, cfg, args, exp, ids, store), Path(args.results))
+    output_dir(args.results, "--results")  # last check (it creates them), before any compute
+    if not args.no_figures:
+        output_dir(args.figures, "--figures")
+    return run
 
 
 SWEEP_KINDS = ("tabular_sweep", "async_ac", "critic_free", "decoupled", "rac", "rac_wallclock")
