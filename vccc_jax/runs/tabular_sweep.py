@@ -365,7 +365,9 @@ def run_sweep(
                 with signals_deferred():
                     store.append({"id": cid, "cell": cell, "metrics": m, "meta": meta})
                 added += 1
-            bar.advance(added, compile_s=timings["compile_s"])  # ETA: compute only
+            # ETA from compute only: compile and one-off setup (inputs, the family's policy
+            # history programs) are total_s - run_s
+            bar.advance(added, compile_s=timings["total_s"] - timings["run_s"])
         bar.close()
         rows = [store.row(cid) for g in groups for cid, _ in g.cells if store.has(cid)]
     return path, rows
