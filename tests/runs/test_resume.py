@@ -102,6 +102,7 @@ def test_sweep_resumes_after_sigkill_and_sigint(tmp_path):
 
     ref_out, ref_err = reference.communicate(timeout=300)
     assert reference.returncode == 0, ref_err.decode()[-3000:]
+    assert ref_err == b""  # --no-progress: not one progress line (issue 23)
 
     # Kills really interrupted the sweep part-way (else the test proves nothing).
     assert 0 < kills[1][1] < NUM_CELLS, kills

@@ -128,6 +128,8 @@ def build_parser() -> Parser:
     )
     p.add_argument("--config", help="experiment .toml (kind \"train\": base + grid; kind "
                    "\"critic_free\": the GRPO / PS-PPO grid, as vccc sweep)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the --config file: base.FIELD=V, grid.FIELD=a,b (repeatable)")
     p.add_argument("--out", help="output directory (default results/train/...; critic-free: "
                    "results, the store vccc sweep uses)")
     p.add_argument("--chunk", type=int, default=0,
@@ -194,9 +196,11 @@ def main(argv: Optional[list[str]] = None):
     args = parser.parse_args(argv)
     if args.keep < 1 or args.checkpoint_every < 0:
         raise ValueError("--keep must be >= 1 and --checkpoint-every >= 0")
-    exp = schema.load(args.config) if args.config else None
+    if args.overrides and not args.config:
+        raise ValueError("--set overrides a --config file; without one, use the flags")
+    exp = schema.load(args.config, args.overrides) if args.config else None
     given = {k: v for k, v in _given(parser, argv, args).items()
-             if k not in ("config", "out", "quiet", "no_figure")}
+             if k not in ("config", "out", "quiet", "no_figure", "overrides")}
     if runs_cf.wants(given, exp):
         cf_exp = runs_cf.from_flags(given, exp)
         cf_out = Path(args.out or "results")
