@@ -219,62 +219,44 @@ def token_paths(task: TokenTask, log_pi_fn: token_task.LogProbFn, log_mus_fn: Lo
     uniform, then per position a policy token (pi / mu_l) at k = 0, an environment tool token
     (``tool_log_probs``) at k > 0, token 0 with probability 1 after the episode ended (so
     every ended path appears once with its probability). policy_id = (t P + p) Q + q;
-    critic index ((t P + p) Q + q) K + k of a table [H + 1, P, Q, K]. Only for short
-    horizons and small vocabularies (P V^H paths)."""
+    critic index ((t P + p) Q + q) K + k of a table [H + 1, P, Q, K]. One ``lax.scan`` over
+    the H positions (``log_pi_fn`` / ``log_mus_fn`` see a traced t). Only for short horizons
+    and small vocabularies (P V^H paths)."""
     H, P, Q, V, K = (task.horizon, task.num_prompts, task.num_states, task.num_tokens,
                      task.num_counters)
     dtype = task.gamma.dtype
-    p = jnp.arange(P)
-    q = task.prompt_state
-    k = jnp.zeros((P,), jnp.int32)
-    alive = jnp.ones((P,), bool)
-    n_l = None
-    prob_pi = jnp.full((P,), 1.0 / P, dtype)
-    prob_mu = None
+    p, digits = actor_paths.path_digits(P * V ** H, V, H)
+    L = log_mus_fn(jnp.zeros((), jnp.int32)).shape[0]
     tool_p = jnp.exp(task.tool_log_probs)
-    rec = {key: [] for key in ("pid", "a", "alive", "act", "lp", "lm", "r", "d", "vid", "nvid")}
-    for t in range(H):
-        n = p.shape[0]
-        p, q, k, alive = (jnp.repeat(x, V) for x in (p, q, k, alive))
-        tok = jnp.tile(jnp.arange(V), n)
+
+    def step(carry, xs):
+        q, k, alive, p_pi, p_mu = carry
+        t, tok = xs
         lp = log_pi_fn(t)[p, q, tok]
-        lms = log_mus_fn(t)[:, p, q, tok]  # [L, n V]
-        if prob_mu is None:
-            n_l = lms.shape[0]
-            prob_mu = jnp.full((n_l, P), 1.0 / P, dtype)
+        lms = log_mus_fn(t)[:, p, q, tok]  # [L, N]
         act = alive & (k == 0)
-        tool = alive & (k > 0)
-        dead_p = (tok == 0).astype(dtype)
-        step_pi = jnp.where(act, jnp.exp(lp), jnp.where(tool, tool_p[tok], dead_p))
-        step_mu = jnp.where(act[None], jnp.exp(lms), jnp.where(tool, tool_p[tok], dead_p)[None])
+        other = jnp.where(alive & (k > 0), tool_p[tok], (tok == 0).astype(dtype))
         out = token_task.step_class(task, p, t, q, k, task.token_class[tok])
-        rec["pid"].append((t * P + p) * Q + q)
-        rec["a"].append(tok)
-        rec["alive"].append(alive)
-        rec["act"].append(act)
-        rec["lp"].append(jnp.where(act, lp, 0.0))
-        rec["lm"].append(jnp.where(act[None], lms, 0.0))
-        rec["r"].append(jnp.where(alive, out.reward, 0.0))
-        rec["d"].append(jnp.where(alive, out.discount, 0.0))
-        rec["vid"].append(((t * P + p) * Q + q) * K + k)
-        rec["nvid"].append((((t + 1) * P + p) * Q + out.q) * K + out.k)
-        prob_pi = jnp.repeat(prob_pi, V) * step_pi
-        prob_mu = jnp.repeat(prob_mu, V, axis=-1) * step_mu
-        q = jnp.where(alive, out.q, q)
-        k = jnp.where(alive, out.k, k)
-        alive = alive & ~out.ended
+        rec = dict(pid=(t * P + p) * Q + q, a=tok, alive=alive, act=act,
+                   lp=jnp.where(act, lp, 0.0), lm=jnp.where(act[None], lms, 0.0),
+                   r=jnp.where(alive, out.reward, 0.0), d=jnp.where(alive, out.discount, 0.0),
+                   vid=((t * P + p) * Q + q) * K + k,
+                   nvid=(((t + 1) * P + p) * Q + out.q) * K + out.k)
+        carry = (jnp.where(alive, out.q, q), jnp.where(alive, out.k, k), alive & ~out.ended,
+                 p_pi * jnp.where(act, jnp.exp(lp), other),
+                 p_mu * jnp.where(act[None], jnp.exp(lms), other[None]))
+        return carry, rec
 
-    def finish(key, xs):
-        xs = [jnp.repeat(x, V ** (H - 1 - t), axis=-1) for t, x in enumerate(xs)]
-        return jnp.stack(xs, axis=-2 if key == "lm" else 0)
-
-    o = {key: finish(key, v) for key, v in rec.items()}
+    n = p.shape[0]
+    init = (task.prompt_state[p], jnp.zeros((n,), jnp.int32), jnp.ones((n,), bool),
+            jnp.full((n,), 1.0 / P, dtype), jnp.full((L, n), 1.0 / P, dtype))
+    (_, _, _, p_pi, p_mu), o = jax.lax.scan(step, init, (jnp.arange(H, dtype=jnp.int32), digits))
     return actor_paths.Paths(
         policy_id=o["pid"].astype(jnp.int32), action=o["a"].astype(jnp.int32),
-        alive=o["alive"], is_action=o["act"], log_pi=o["lp"], log_mus=o["lm"],
+        alive=o["alive"], is_action=o["act"], log_pi=o["lp"], log_mus=jnp.moveaxis(o["lm"], 0, 1),
         reward=o["r"].astype(dtype), discount=o["d"].astype(dtype),
         value_id=o["vid"].astype(jnp.int32), next_value_id=o["nvid"].astype(jnp.int32),
-        prob_pi=prob_pi, prob_mus=prob_mu)
+        prob_pi=p_pi, prob_mus=p_mu)
 
 
 class SequenceCoefficients(NamedTuple):

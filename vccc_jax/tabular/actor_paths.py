@@ -39,8 +39,8 @@ from vccc_jax.tabular.mdp import TabularMDP
 
 Array = chex.Array
 
-__all__ = ["Paths", "tabular_paths", "path_advantages", "path_weights", "expected_update",
-           "pi_update", "occupancy", "tabular_time_values"]
+__all__ = ["Paths", "path_digits", "tabular_paths", "path_advantages", "path_weights", "expected_update",
+           "pi_update", "occupancy", "scatter_coefficients", "tabular_time_values"]
 
 
 class Paths(NamedTuple):
@@ -68,21 +68,19 @@ class Paths(NamedTuple):
     prob_mus: Array
 
 
-def _expand(x: Array, factor: int) -> Array:
-    """Each prefix repeated ``factor`` times (prefix-major path order)."""
-    return jnp.repeat(x, factor, axis=-1)
-
-
-def _finish(records: list, branch: int, H: int) -> list:
-    """Step-t records of length N_{t+1} repeated to the final N_H (prefix-major order)."""
-    return [_expand(r, branch ** (H - 1 - t)) for t, r in enumerate(records)]
+def path_digits(num_paths: int, base: int, horizon: int) -> tuple[Array, Array]:
+    """(head [N], digits [H, N]) of every path index n = head base^H + sum_t digit_t
+    base^(H - 1 - t): paths in prefix-major order, one digit (the step's outcome) per step."""
+    n = jnp.arange(num_paths)
+    powers = base ** jnp.arange(horizon - 1, -1, -1)
+    return n // base ** horizon, (n[None, :] // powers[:, None]) % base
 
 
 def tabular_paths(mdp: TabularMDP, pi: Array, mus: Array) -> Paths:
     """All S (A S)^H paths of a finite-horizon tabular MDP under a stationary pi and
     behaviour versions ``mus`` [L, S, A]. s_0 ~ init; a terminal s_t ends the episode
     (absorbing, no action). Critic index of s_t: t S + s (a table [H + 1, S], row H = the
-    end of the episode: :func:`tabular_time_values`)."""
+    end of the episode: :func:`tabular_time_values`). One ``lax.scan`` over the H steps."""
     H = mdp.horizon
     if H is None:
         raise ValueError("tabular_paths needs a finite-horizon MDP (mdp.horizon)")
@@ -90,40 +88,32 @@ def tabular_paths(mdp: TabularMDP, pi: Array, mus: Array) -> Paths:
     chex.assert_shape(pi, (S, A))
     chex.assert_shape(mus, (None, S, A))
     L = mus.shape[0]
+    s0, digits = path_digits(S * (A * S) ** H, A * S, H)
     log_pi_t, log_mus_t = jnp.log(pi), jnp.log(mus)
-    s = jnp.arange(S)
-    p_pi, p_mu = mdp.init, jnp.broadcast_to(mdp.init, (L, S))
-    alive = mdp.terminal[s] == 0
-    rec = {k: [] for k in ("pid", "a", "alive", "act", "lp", "lm", "r", "d", "vid", "nvid")}
-    for t in range(H):
-        n = s.shape[0]
-        s_rep = _expand(s, A * S)
-        a = jnp.tile(jnp.repeat(jnp.arange(A), S), n)
-        s2 = jnp.tile(jnp.arange(S), n * A)
-        live = _expand(alive, A * S)
-        trans = mdp.P[s_rep, a, s2]
-        step_pi = pi[s_rep, a] * trans
-        step_mu = mus[:, s_rep, a] * trans[None]
-        rec["pid"].append(s_rep)
-        rec["a"].append(a)
-        rec["alive"].append(live)
-        rec["act"].append(live)
-        rec["lp"].append(jnp.where(live, log_pi_t[s_rep, a], 0.0))
-        rec["lm"].append(jnp.where(live[None], log_mus_t[:, s_rep, a], 0.0))
-        rec["r"].append(jnp.where(live, mdp.R[s_rep, a, s2], 0.0))
-        rec["d"].append(jnp.where(live, mdp.gamma * (1.0 - mdp.terminal[s2]), 0.0))
-        rec["vid"].append(t * S + s_rep)
-        rec["nvid"].append((t + 1) * S + s2)
-        p_pi = _expand(p_pi, A * S) * step_pi
-        p_mu = _expand(p_mu, A * S) * step_mu
-        alive = live & (mdp.terminal[s2] == 0)
-        s = s2
-    out = {k: jnp.stack(_finish(v, A * S, H), axis=-2 if k == "lm" else 0) for k, v in rec.items()}
-    return Paths(policy_id=out["pid"].astype(jnp.int32), action=out["a"].astype(jnp.int32),
-                 alive=out["alive"], is_action=out["act"], log_pi=out["lp"],
-                 log_mus=out["lm"], reward=out["r"], discount=out["d"],
-                 value_id=out["vid"].astype(jnp.int32),
-                 next_value_id=out["nvid"].astype(jnp.int32), prob_pi=p_pi, prob_mus=p_mu)
+
+    def step(carry, xs):
+        s, alive, p_pi, p_mu = carry
+        t, dig = xs
+        a, s2 = dig // S, dig % S
+        trans = mdp.P[s, a, s2]
+        rec = dict(pid=s, a=a, alive=alive, lp=jnp.where(alive, log_pi_t[s, a], 0.0),
+                   lm=jnp.where(alive[None], log_mus_t[:, s, a], 0.0),
+                   r=jnp.where(alive, mdp.R[s, a, s2], 0.0),
+                   d=jnp.where(alive, mdp.gamma * (1.0 - mdp.terminal[s2]), 0.0),
+                   vid=t * S + s, nvid=(t + 1) * S + s2)
+        carry = (s2, alive & (mdp.terminal[s2] == 0), p_pi * pi[s, a] * trans,
+                 p_mu * mus[:, s, a] * trans[None])
+        return carry, rec
+
+    dtype = pi.dtype
+    init = (s0, mdp.terminal[s0] == 0, mdp.init[s0].astype(dtype),
+            jnp.broadcast_to(mdp.init[s0].astype(dtype), (L,) + s0.shape))
+    (_, _, p_pi, p_mu), o = jax.lax.scan(step, init, (jnp.arange(H), digits))
+    return Paths(policy_id=o["pid"].astype(jnp.int32), action=o["a"].astype(jnp.int32),
+                 alive=o["alive"], is_action=o["alive"], log_pi=o["lp"],
+                 log_mus=jnp.moveaxis(o["lm"], 0, 1), reward=o["r"], discount=o["d"],
+                 value_id=o["vid"].astype(jnp.int32), next_value_id=o["nvid"].astype(jnp.int32),
+                 prob_pi=p_pi, prob_mus=p_mu)
 
 
 def tabular_time_values(values: Array, horizon: int) -> Array:
@@ -170,7 +160,7 @@ def path_weights(paths: Paths, advantages: Array, version_weights: Array, *, cor
     return jnp.moveaxis(w, 1, 0)
 
 
-def _scatter(paths: Paths, coeff: Array, num_ids: int, num_actions: int) -> Array:
+def scatter_coefficients(paths: Paths, coeff: Array, num_ids: int, num_actions: int) -> Array:
     """Sum coeff [H, N] into [num_ids, num_actions] at (policy_id, action), action steps only."""
     idx = paths.policy_id * num_actions + paths.action
     vals = jnp.where(paths.is_action, coeff, 0.0)
@@ -187,7 +177,7 @@ def expected_update(paths: Paths, advantages: Array, version_weights: Array, *, 
     w = path_weights(paths, advantages, version_weights, correction=correction, params=params)
     prob = version_weights[:, None] * paths.prob_mus  # [L, N]
     coeff = jnp.sum(prob[:, None, :] * w, axis=0) * advantages
-    return _scatter(paths, coeff, num_ids, num_actions)
+    return scatter_coefficients(paths, coeff, num_ids, num_actions)
 
 
 def pi_update(paths: Paths, advantages: Array, *, num_ids: int, num_actions: int) -> Array:
@@ -195,7 +185,7 @@ def pi_update(paths: Paths, advantages: Array, *, num_ids: int, num_actions: int
     critic V^pi and lambda = 0 this is E_pi[sum_t (Q^pi_t - V^pi_t) u_t], the policy
     gradient of the finite-horizon return (without gamma^t)."""
     coeff = paths.prob_pi[None, :] * advantages
-    return _scatter(paths, coeff, num_ids, num_actions)
+    return scatter_coefficients(paths, coeff, num_ids, num_actions)
 
 
 def occupancy(paths: Paths, version_weights: Array, num_ids: int) -> Array:
