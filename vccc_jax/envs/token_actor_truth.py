@@ -47,7 +47,7 @@ ApplyFn = Callable[[Any, Array], Array]
 LogMusFn = Callable[[Array], Array]  # position t -> behaviour log-probs [L, P, Q, V]
 
 __all__ = ["Coefficients", "TokenActorTruth", "policy_obs_grid", "update_coefficients",
-           "actor_update_truth", "token_paths", "SequenceCoefficients",
+           "actor_update_truth", "policy_occupancy", "token_paths", "SequenceCoefficients",
            "sequence_update_coefficients", "SequenceTruth", "sequence_update_truth"]
 
 
@@ -257,6 +257,31 @@ def token_paths(task: TokenTask, log_pi_fn: token_task.LogProbFn, log_mus_fn: Lo
         reward=o["r"].astype(dtype), discount=o["d"].astype(dtype),
         value_id=o["vid"].astype(jnp.int32), next_value_id=o["nvid"].astype(jnp.int32),
         prob_pi=p_pi, prob_mus=p_mu)
+
+
+def policy_occupancy(task: TokenTask, log_pi_fn: token_task.LogProbFn) -> Array:
+    """D^pi(t, p, q, k): the probability that an episode of pi is running at state (t, p, q, k)
+    (prompt uniform), [H, P, Q, K], by one forward pass over the positions (class-level, no
+    V x V). With it, sum_s D^pi(s) E_pi[A u | s] is E_pi[sum_t A_t u_t] at any horizon: pass
+    D^pi[..., 0] as ``state_weights``, pi as the only behaviour and posterior 1 to
+    :func:`update_coefficients` (sequence IS with c -> inf has exactly this update)."""
+    H, P, Q, K = task.horizon, task.num_prompts, task.num_states, task.num_counters
+    dtype = task.gamma.dtype
+    start = jnp.zeros((P, Q, K), dtype).at[jnp.arange(P), task.prompt_state, 0].add(1.0 / P)
+    tool_c = token_task.tool_class_probs(task)
+
+    def fwd(m, t):
+        g = token_task._grid(task, t)  # next (q, k) and termination per [P, Q, K, C]
+        pol = token_task._class_sum(jnp.exp(log_pi_fn(t)), task)  # [P, Q, C]
+        probs = jnp.concatenate([pol[:, :, None], jnp.broadcast_to(tool_c, (P, Q, K - 1,
+                                                                            tool_c.shape[0]))], 2)
+        flow = m[..., None] * probs * (1.0 - g.ended.astype(dtype))  # [P, Q, K, C]
+        idx = (jnp.arange(P)[:, None, None, None] * Q + g.q) * K + g.k
+        nxt = jax.ops.segment_sum(flow.reshape(-1), idx.reshape(-1), num_segments=P * Q * K)
+        return nxt.reshape(P, Q, K), m
+
+    _, occ = jax.lax.scan(fwd, start, jnp.arange(H, dtype=jnp.int32))
+    return occ
 
 
 class SequenceCoefficients(NamedTuple):

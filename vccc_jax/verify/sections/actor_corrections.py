@@ -11,7 +11,8 @@ Rows (docs/method.md "Actor corrections", equations A0-A9):
   enumerated occupancy -- on a tabular MDP and on a token task with tool steps;
 - A2: IcePop is exact IS inside its band: mu w = pi 1[alpha <= rho <= beta];
 - A3: sequence TIS / MIS: E_mu[f(R) F] = E_pi[f(R) / R F] over whole sequences, and
-  sequence IS (c -> inf) is unbiased for E_pi[sum_t A_t u_t] (tabular and token);
+  sequence IS (c -> inf) is unbiased for E_pi[sum_t A_t u_t] (tabular: pi's own paths;
+  token: pi's forward occupancy ``policy_occupancy``, the any-horizon closed form);
 - A4: GSPO's s is the geometric mean (prod_t rho_t)^(1/|y|) of the sequence's action
   tokens and its weight is s where the sequence clip lets the gradient through;
 - A5: TOPR is unbiased on negative-advantage tokens where pi <= mu (mu w = pi) and
@@ -164,8 +165,11 @@ def _token_enumeration(fns, key):
                                      pi_values=vals)
         errs.append(jnp.max(jnp.abs(enum - uc.expected)))
     seq_is = ap.expected_update(paths, adv, vw, correction="seq_tis", params={"clip": 1e30},
-                                num_ids=ids, num_actions=V)
-    pg = ap.pi_update(paths, adv, num_ids=ids, num_actions=V)
+                                num_ids=ids, num_actions=V).reshape(Hk, P, Q, V)
+    # E_pi[sum_t A_t u_t] by the forward occupancy of pi (any horizon), not by enumeration
+    d_pi = tat.policy_occupancy(task, pi_fn)[..., 0]
+    pg = tat.update_coefficients(task, pi_fn, lambda t: pi_fn(t)[None], jnp.ones((1, Hk, P, Q)),
+                                 d_pi, crit, kind="ratio", pi_values=vals).expected
     tools = jnp.sum(paths.alive & ~paths.is_action)
     return jnp.max(jnp.stack(errs)), jnp.max(jnp.abs(seq_is - pg)), jnp.max(jnp.abs(pg)), tools
 
