@@ -153,7 +153,7 @@ def _token_enumeration(fns, key):
     ids = Hk * P * Q
     occ_l = jnp.stack([ap.occupancy(paths, jnp.eye(L)[i], ids) for i in range(L)]).reshape(L, Hk, P, Q)
     d = jnp.einsum("l,lhpq->hpq", vw, occ_l)
-    post = jnp.where(d > 0, vw[:, None, None, None] * occ_l / jnp.where(d > 0, d, 1.0), 0.5)
+    post = jnp.where(d[None] > 0, vw[:, None, None, None] * occ_l / jnp.where(d > 0, d, 1.0)[None], 0.5)
     vals = tk.policy_values(task, pi_fn)
     adv = ap.path_advantages(paths, crit.reshape(-1), 0.0)
     errs = []
@@ -244,7 +244,7 @@ def _table_properties(fns, key):
                                                    kind="ratio", clip=None, ppo_epsilon=EPS)),
                        closed(w_a)])
     # A9: M2PO, finite batch and population
-    lr_b = 0.5 * jax.random.normal(k1, (T, 8)) + jnp.where(jnp.arange(8) < 2, 1.5, 0.0)
+    lr_b = 0.5 * jax.random.normal(k1, (T, 8)) + jnp.where(jnp.arange(8) < 2, 1.5, 0.0)[None]
     keep = ar.second_moment_keep(lr_b, TAU)
     x2 = jnp.square(lr_b).reshape(-1)
     kp = keep.reshape(-1) > 0
