@@ -179,9 +179,6 @@ def test_actor_table_rows_in_the_learner(token_run):
     rows = {"cispo": (learner("cispo", "eps_low=0.2,eps_high=0.3"), mb),
             "icepop": (learner("icepop", "alpha=0.7,beta=1.4"), mb),
             "gspo": (learner("gspo", ""), mb._replace(actor_weight=pre))}
-    grads = jax.jit(lambda p: {k: jax.grad(lambda q: t._actor_loss(q, b)[0])(p)
-                               for k, (t, b) in rows.items()})(one.actor_params)
-
     mn, an = np.asarray(m), np.asarray(adv)
     mean = np.sum(mn * an) / mn.sum()
     a_n = (an - mean) / (np.sqrt(np.sum(mn * (an - mean) ** 2) / mn.sum()) + 1e-8)
@@ -192,18 +189,18 @@ def test_actor_table_rows_in_the_learner(token_run):
          "gspo": np.asarray(pre)}
     assert (w["icepop"] == 0).any() and (w["icepop"] > 0).any() and (w["cispo"] != rho_cur).any()
 
-    def reference(name):
-        def f(p):
-            lpp = jnp.take_along_axis(jax.nn.log_softmax(tr.actor_logits(p, obs), -1),
-                                      act[:, None], -1)[:, 0]
-            ratio = jnp.exp(lpp - lp_old) if name == "icepop" else lpp
-            return -jnp.sum(w[name] * ratio * a_n * mn) / mn.sum()
-        return jax.grad(f)(one.actor_params)
+    def reference(p, name):  # d/dp of -(1/sum m) sum w A_n m (pi_p / pi_old or log pi_p)
+        lpp = jnp.take_along_axis(jax.nn.log_softmax(tr.actor_logits(p, obs), -1),
+                                  act[:, None], -1)[:, 0]
+        ratio = jnp.exp(lpp - lp_old) if name == "icepop" else lpp
+        return -jnp.sum(jnp.asarray(w[name]) * ratio * a_n * mn) / mn.sum()
 
+    grads = jax.jit(lambda p: {k: (jax.grad(lambda q: t._actor_loss(q, b)[0])(p),
+                                   jax.grad(reference)(p, k))
+                               for k, (t, b) in rows.items()})(one.actor_params)
     flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)])  # noqa: E731
-    for name in rows:
-        np.testing.assert_allclose(flat(grads[name]), flat(reference(name)), rtol=2e-4, atol=1e-7,
-                                   err_msg=name)
+    for name, (got, ref) in grads.items():
+        np.testing.assert_allclose(flat(got), flat(ref), rtol=2e-4, atol=1e-7, err_msg=name)
 
 
 def test_per_update_actor_weights_follow_episodes():
@@ -232,14 +229,12 @@ def test_per_update_actor_weights_follow_episodes():
             ref_tis[lo:hi, b] = np.minimum(r, 1.2)
             ref_topr[lo:hi, b] = np.where(a_n[lo:hi, b] >= 0, 1.0, min(r, 1.0))
     ref_areal = np.where(lags <= 1, np.exp(lr), 0.0)
+    rows = {name: actor_weights.resolve(name, params, clip) for name, params, clip in (
+        ("seq_tis", "", 1.2), ("topr", "", 2.0), ("areal", "max_staleness=1", 2.0))}
     with jax.enable_x64(True):
-        got = {}
-        for name, params, clip in (("seq_tis", "", 1.2), ("topr", "", 2.0),
-                                   ("areal", "max_staleness=1", 2.0)):
-            row, p = actor_weights.resolve(name, params, clip)
-            got[name] = np.asarray(actor_weights.update_weights(
-                row, p, jnp.asarray(lr), jnp.zeros((T_, B_)), jnp.asarray(adv), jnp.asarray(mask),
-                starts=jnp.asarray(starts), lags=jnp.asarray(lags), normalize=True))
+        got = jax.device_get(jax.jit(lambda *a: {name: actor_weights.update_weights(
+            row, p, a[0], jnp.zeros((T_, B_)), a[1], a[2], starts=a[3], lags=a[4], normalize=True)
+            for name, (row, p) in rows.items()})(*map(jnp.asarray, (lr, adv, mask, starts, lags))))
     for name, ref in (("seq_tis", ref_tis), ("topr", ref_topr), ("areal", ref_areal)):
         np.testing.assert_allclose(got[name], np.where(mask, ref, 0.0), rtol=1e-12, err_msg=name)
     assert len(set(np.round(ref_tis[mask], 12))) > 3  # several sequences, different ratios
