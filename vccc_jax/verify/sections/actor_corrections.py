@@ -5,10 +5,11 @@ TIS / MIS, GSPO, TOPR, CISPO, PPO vs the behaviour, AReaL decoupled PPO, M2PO).
 Rows (docs/method.md "Actor corrections", equations A0-A9):
 
 - A0: the WEIGHT_KINDS rows are ``importance.importance_weights`` (extreme log-ratios
-  included), and for every token / batch row the exact expected update by path
-  enumeration (``tabular.actor_paths``, ``envs.token_actor_truth.token_paths``) equals the
-  per-state closed form (``tabular.exact_actor.correction_coefficients``) under the
-  enumerated occupancy -- on a tabular MDP and on a token task with tool steps;
+  included), and the exact expected update by path enumeration (``tabular.actor_paths``,
+  ``envs.token_actor_truth.token_paths``) equals the per-state closed form
+  (``tabular.exact_actor.correction_coefficients``, ``token_actor_truth.update_coefficients``)
+  under the enumerated occupancy, for one row of each code path (``CHECKED_ROWS`` on a
+  tabular MDP, ``TOKEN_CHECKED_ROWS`` on a token task with tool steps);
 - A2: IcePop is exact IS inside its band: mu w = pi 1[alpha <= rho <= beta];
 - A3: sequence TIS / MIS: E_mu[f(R) F] = E_pi[f(R) / R F] over whole sequences, and
   sequence IS (c -> inf) is unbiased for E_pi[sum_t A_t u_t] (tabular: pi's own paths;
