@@ -44,6 +44,7 @@ def policy_loss(
     ppo_epsilon: Optional[float] = None,
     log_pi_old: Optional[Array] = None,
     centering: Optional[Array] = None,
+    weights: Optional[Array] = None,
 ) -> Array:
     """Mean policy loss (to minimise) over all tokens, with optional score centering (Eq 13).
 
@@ -70,10 +71,12 @@ def policy_loss(
       ppo_epsilon: PPO clip range (static) or None.
       log_pi_old: proximal policy log-probs (constants) or None.
       centering: c(s_t) per token (with gradient), e.g. from :func:`centering_term`.
+      weights: a precomputed w_t (same shape; a row of ``estimators.actor_registry``, e.g.
+        a sequence-level one), used instead of ``kind`` / ``clip`` (always stop-gradient).
     """
     checks.check_same_shape(
         log_pi=log_pi, log_mu=log_mu, advantages=advantages, log_pi_old=log_pi_old,
-        centering=centering,
+        centering=centering, weights=weights,
     )
     checks.check_log_probs("log_mu", log_mu)
     checks.check_log_probs("log_pi", log_pi)
@@ -81,7 +84,7 @@ def policy_loss(
         raise ValueError(f"ppo_epsilon must be in (0, 1), got {ppo_epsilon}")
     advantages = sg(advantages)
     ref = sg(log_pi) if log_pi_old is None else sg(log_pi_old)
-    w = sg(importance_weights(ref - log_mu, kind, clip))
+    w = sg(importance_weights(ref - log_mu, kind, clip) if weights is None else weights)
     r = jnp.exp(log_pi - ref)
     if ppo_epsilon is None:
         objective = w * r * advantages

@@ -13,10 +13,13 @@ from typing import Optional
 
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import samplers
-from vccc_jax.estimators import importance
+from vccc_jax.estimators import actor_registry, importance
 from vccc_jax.estimators.related.brace import TAIL_ANCHORS
 from vccc_jax.estimators.related.decoupled import ROUTES
+from vccc_jax.train import actor_weights
 
+# The Eq 10 actor kinds that take score centring (``centered-...``); ``actor`` accepts every
+# row of ``estimators.actor_registry`` (issue 21).
 ACTOR_KINDS = ("ratio", "truncate", "mask")
 ADVANTAGES = ("gae", "target")
 BASELINES = ("value", "zero", "learned")
@@ -69,8 +72,9 @@ class TrainConfig:
     correct: bool = True  # False: ignore log mu, treat data as on-policy (rho := 1)
     polyak: Optional[float] = None  # target-critic Polyak rate tau (None: Vbar = critic)
     # actor
-    actor: str = "truncate"  # [centered-]ratio | truncate | mask
+    actor: str = "truncate"  # [centered-]ratio | truncate | mask, or any actor_registry row (issue 21)
     actor_clip: float = 2.0
+    actor_params: str = ""  # the row's other parameters, e.g. "alpha=0.5,beta=5" (train.actor_weights)
     advantage: str = "gae"  # gae | target
     centering_topk: int = 0  # centred actor: Z(s) / m_w from the top-k of mu + tail model (0: full rows)
     # ground truth / evaluation
@@ -154,11 +158,14 @@ class TrainConfig:
         need(self.centering_topk == 0 or centered,
              f"centering_topk={self.centering_topk} needs a centred actor "
              f"(actor='centered-...'), got actor={self.actor!r}")
-        if actor_kind != "ratio":
+        if actor_kind in ("truncate", "mask"):
             try:
                 importance.check_weight_kind(actor_kind, self.actor_clip)
             except ValueError as err:
                 raise ValueError(f"actor_clip: {err}") from None
+        actor_weights.resolve(actor_kind, self.actor_params, self.actor_clip)  # names actor_params
+        need(actor_kind in ACTOR_KINDS or not self.pi_old_route or self.gt_every == 0,
+             f"pi_old_route diagnostics (gt_every > 0) need actor in {ACTOR_KINDS}, got {self.actor!r}")
         try:
             importance.check_weight_kind(self.clip_kind, self.clip)
         except ValueError as err:
@@ -221,15 +228,19 @@ class TrainConfig:
 
 
 def parse_actor(spec: str) -> tuple[str, bool]:
-    """``"centered-mask"`` -> ("mask", True); ``"truncate"`` -> ("truncate", False)."""
+    """``"centered-mask"`` -> ("mask", True); ``"truncate"`` -> ("truncate", False); any row
+    of ``estimators.actor_registry`` by name or alias (``"gspo"`` -> ("gspo", False)). Score
+    centring (Eq 13) is defined for the Eq 10 kinds ``ACTOR_KINDS``."""
     text = spec.strip().lower()
     centered = text.startswith("centered-")
     kind = text[len("centered-"):] if centered else text
-    kind = {"is": "ratio", "tis": "truncate", "mis": "mask"}.get(kind, kind)
-    if kind not in ACTOR_KINDS:
-        raise ValueError(
-            f"actor must be [centered-]{{{'|'.join(ACTOR_KINDS)}}}, got {spec!r}"
-        )
+    try:
+        kind = actor_registry.get_actor_correction(kind).name
+    except ValueError:
+        raise ValueError(f"actor must be [centered-]{{{'|'.join(ACTOR_KINDS)}}} or a row of the "
+                         f"actor table {sorted(actor_registry.ACTOR_CORRECTIONS)}, got {spec!r}") from None
+    if centered and kind not in ACTOR_KINDS:
+        raise ValueError(f"actor {spec!r}: score centring needs one of {ACTOR_KINDS}")
     return kind, centered
 
 
