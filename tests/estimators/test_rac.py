@@ -44,3 +44,32 @@ def test_kernel_validation(bad):
     with pytest.raises(ValueError, match="kernel"):
         rac.validate_kernel(bad)
     assert rac.kernel_mass((0.5, 0.25)) == 0.75
+
+
+def test_channel_residuals_are_exact_at_any_log_ratio():
+    """Issue 19 §2: the residual r_t + gamma_t v_{t+1} - V(s_t) does not depend on log rho_t.
+    Column j of the first row holds one edge log-ratio (-inf: the learner gives the token
+    probability 0; -104: exp underflows in float32; 25: above the overflow guard; +inf; NaN);
+    the old pg_advantages / exp(log rho) gave NaN, NaN, a residual scaled by e^-5, NaN, NaN.
+    Checked against the residual with log rho_0 = 0 (same v_{t+1}) and a NumPy transcription
+    of its definition, in float32; and the reinjection of a NaN / +inf ratio is 0."""
+    edges = np.asarray([-np.inf, -104.0, 25.0, np.inf, np.nan], np.float32)
+    rng = np.random.default_rng(3)
+    T, B = 3, edges.size
+    lr = rng.normal(0, 0.5, (T, B)).astype(np.float32)
+    disc = np.float32(0.9) * (rng.random((T, B)) > 0.3).astype(np.float32)
+    r, v = (rng.normal(size=(T, B)).astype(np.float32) for _ in range(2))
+    boot = rng.normal(size=B).astype(np.float32)
+    lr_edge = lr.copy()
+    lr_edge[0] = edges
+    lr_zero = lr.copy()
+    lr_zero[0] = 0.0
+    got = np.asarray(rac.channel_residuals(lr_edge, disc, r, v, boot))
+    assert np.all(np.isfinite(got))
+    np.testing.assert_array_equal(got, np.asarray(rac.channel_residuals(lr_zero, disc, r, v, boot)))
+    vs = np.asarray(vtrace(lr_zero, disc, r, v, boot).vs, np.float64)
+    vs_next = np.concatenate([vs[1:], boot[None].astype(np.float64)])
+    np.testing.assert_allclose(got, r + disc * vs_next - v, rtol=1e-5, atol=1e-5)
+    inj = np.asarray(rac.inject(jnp.ones(4), jnp.asarray([np.nan, np.inf, -np.inf, 25.0]), 1.0,
+                                clip_pg_rho_threshold=None))
+    np.testing.assert_allclose(inj, [0.0, 0.0, 0.0, np.exp(20.0)], rtol=1e-6)
