@@ -15,8 +15,8 @@ all give weight 0 exactly. Hence, for every function that takes log-ratios:
 
 Log-ratios are drawn from {-inf, -1e4, -104, 0, 20, 25, +inf, NaN} mixed with ordinary
 values; discounts from {0, 0.5, 0.9, 1}. Cost: the whole API is ONE jitted function per
-(shape, dtype) -- shapes (1, 1) (a length-1 time axis, batch 1) and (4, 2), float32 and
-float64: four compiles, shared by every example; hypothesis is derandomized (reproducible).
+(shape, dtype) -- (4, 2) in float32 and float64, (1, 1) (a length-1 time axis, batch 1) in
+float32: three compiles, shared by every example; hypothesis is derandomized (reproducible).
 """
 
 import jax
@@ -33,8 +33,8 @@ from vccc_jax.estimators.registry import SequenceInputs
 from vccc_jax.estimators.related import brace, decoupled, ps_ppo, rac
 
 EDGES = (-np.inf, -1e4, -104.0, 0.0, 20.0, 25.0, np.inf, np.nan)
-SHAPES = ((1, 1), (4, 2))
 DTYPES = ("float32", "float64")
+CASES = (((1, 1), "float32"), ((4, 2), "float32"), ((4, 2), "float64"))  # (shape, dtype)
 ZERO_WEIGHT = -1e4  # exp(-1e4) == 0 exactly in float32 and float64
 
 
@@ -138,18 +138,17 @@ def _inputs(shape, seed, lr):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_edge_log_ratio_at_once(dtype):
-    """All eight edge values in one [4, 2] batch, and a length-1 time axis with batch 1 at
-    each of them (deterministic companion of the property test below)."""
+    """All eight edge values in one [4, 2] batch, and (float32) a length-1 time axis with
+    batch 1 at each of them (deterministic companion of the property test below)."""
     check_contract(*_inputs((4, 2), 0, np.asarray(EDGES).reshape(4, 2)), dtype)
-    for e in EDGES:
+    for e in EDGES if dtype == "float32" else ():
         check_contract(*_inputs((1, 1), 1, np.full((1, 1), e)), dtype)
 
 
 LOG_RATIO = st.one_of(st.sampled_from(EDGES), st.floats(-3.0, 3.0))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape, dtype", CASES)
 @settings(max_examples=6, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
 @given(data=st.data())
