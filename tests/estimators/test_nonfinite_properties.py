@@ -86,6 +86,9 @@ def _critic_side(lr, d, r, v, boot):
         "ps_ppo": ps_ppo.ppo_token_loss(lr, zero, r, jnp.abs(v)),
         "diag": E.ratio_diagnostics(lr, kind="truncate", clip=2.0),
     }
+    for name, row in E.ACTOR_CORRECTIONS.items():  # every row of the actor table
+        data = {"lags": jnp.zeros(lr.shape, jnp.int32)} if "lags" in row.data else {}
+        out[f"actor_{name}"] = E.get_actor_correction(name)(lr, r, **data)
     for name, spec in E.CRITIC_TARGETS.items():  # every one-step row of the registry
         if spec.one_step is not None:
             out[f"registry_{name}"] = spec.one_step(t, ex, 1.5)
@@ -267,11 +270,13 @@ COVERED = {  # every public name that takes log-ratios / log-probs is exercised 
     "bellman_sample", "uncorrected_target", "vccc_target", "clipped_target",
     "naive_clipped_target", "centered_clipped_target", "optimal_baseline", "vtrace",
     "vtrace_associative", "vtrace_inplace", "policy_loss", "centering_term",
-    "centering_term_topk", "get_critic_target", "CRITIC_TARGETS",
+    "centering_term_topk", "get_critic_target", "CRITIC_TARGETS", "ACTOR_CORRECTIONS",
+    "get_actor_correction",
 }
 NO_LOG_RATIOS = {  # types, constants and the registry's plumbing
     "Transitions", "TargetExtras", "CriticTarget", "register_critic_target", "WEIGHT_KINDS",
-    "MAX_LOG_RHO", "RatioDiagnostics", "VTraceOutput",
+    "MAX_LOG_RHO", "RatioDiagnostics", "VTraceOutput", "ActorCorrection",
+    "register_actor_correction",
 }
 
 
