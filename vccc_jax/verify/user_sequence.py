@@ -1,0 +1,390 @@
+"""``vccc verify --target`` for a multi-step critic target (the registry's ``sequence`` contract).
+
+Every trajectory of length T from every start state is enumerated with its probability
+under a behaviour version (as the library V-trace rows do, ``sections.vtrace_library``);
+the user's ``vs`` [T, N] on that batch gives exact conditional means given any prefix.
+T per group is the largest of 3, 2, 1 with at most :data:`MAX_TRAJECTORIES` trajectories
+per MDP, and at most :data:`MAX_MDPS` MDPs per group are used. Rows, per target:
+
+- ``E[vs_t | prefix; Vbar = V_claim] = V_claim(s_t)``: at the claimed fixed point (V^pi,
+  or V^pitilde of each version for a clipped claim) the target is unbiased at every step
+  and after every prefix, under every behaviour version;
+- Markov: at an arbitrary Vbar, E[vs_t | prefix] depends on the prefix only through s_t
+  (V-trace, n-step and lambda-returns are; a sequence-level ratio applied per token is not);
+- the fixed point of E[vs_0 | s_0; Vbar] (affine map in Vbar, solved) vs V_claim;
+- Var(vs_0 | s_0) finite; gradient through vs (and pg) exactly 0;
+- if pg advantages are returned: mu(a|s) E[pg_0 | s, a; V_claim] = m(s, a) (Q_claim - V_claim)
+  with m = pi (vpi) or min(c mu, pi) (clipped), the IMPALA policy-gradient claim;
+- sampled: N trajectories per start state, z-scores of the mean of vs_0 at Vbar = V_claim
+  against V_claim (``targets.sampled_rows``, as for the one-step targets).
+
+Diagnosis: E[vs_0 | s_0] at Vbar = V_claim and at the arbitrary Vbar against the closed-form
+V-trace operator (``tabular.exact.expected_vtrace_operator``) on a grid of (lambda, rhobar,
+cbar) and the uncorrected lambda-return; a failing Markov row against the prefix-ratio
+closed form Vbar + (prod_{j<t} rho_j)(T_pi Vbar - Vbar); the fixed point against V^mu and
+V^pitilde at each c of the grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vccc_jax.estimators.registry import SequenceInputs
+from vccc_jax.tabular import exact as ex
+from vccc_jax.tabular.mdp import next_state_discounts
+from vccc_jax.tabular.policies import log_ratio_table
+from vccc_jax.verify import diagnose
+from vccc_jax.verify.cells import draw
+from vccc_jax.verify.claimed import behaviour_mass, claimed_value, normalised
+from vccc_jax.verify.compile import fast_jit
+from vccc_jax.verify.contracts import Claim, SequenceTarget
+from vccc_jax.verify.problems import EXACT_TOL, NUM_VERSIONS, GroupSpec, Problem, maxabs
+from vccc_jax.verify.report import Row
+from vccc_jax.verify.targets import TargetSpec, sampled_rows
+from vccc_jax.verify.user_one_step import FIXED_TOL, GRID, affine_fixed_points
+
+Array = chex.Array
+
+MAX_TRAJECTORIES = 10_000
+MAX_MDPS = 32
+LAMBDAS = (1.0, 0.95, 0.9, 0.8, 0.5, 0.0)
+THRESHOLDS = (np.inf, 1.0, 1.5, 2.0, 3.0)
+SEQ_FIELDS = ("log_rhos", "discounts", "rewards", "values", "bootstrap_value")
+
+
+def horizon(g: GroupSpec) -> int:
+    """The longest T in (3, 2, 1) with S (A S)^T <= MAX_TRAJECTORIES."""
+    C = g.num_actions * g.num_states
+    return next(T for T in (3, 2, 1) if T == 1 or g.num_states * C**T <= MAX_TRAJECTORIES)
+
+
+def sequence_groups(groups) -> tuple[GroupSpec, ...]:
+    return tuple(dataclasses.replace(g, num_mdps=min(g.num_mdps, MAX_MDPS)) for g in groups)
+
+
+@functools.lru_cache(maxsize=None)
+def _layout(S: int, A: int, T: int):
+    """(states, actions, next states), each [N, T], N = S (A S)^T, ordered (s_0, c_0, ..., c_{T-1})."""
+    C = A * S
+    seqs = np.asarray(list(itertools.product(range(C), repeat=T)), np.int32).reshape(-1, T)
+    cells = np.tile(seqs, (S, 1))
+    starts = np.repeat(np.arange(S, dtype=np.int32), len(seqs))
+    actions, nxt = cells // S, cells % S
+    states = np.concatenate([starts[:, None], nxt[:, :-1]], axis=1)
+    return states, actions, nxt
+
+
+def enumerate_trajectories(p: Problem, mu: Array, vbar: Array, T: int) -> tuple[SequenceInputs, Array]:
+    """All length-T trajectories from every start state: (inputs [T, N], prob [N] given s_0)."""
+    mdp = p.mdp
+    states, actions, nxt = _layout(mdp.num_states, mdp.num_actions, T)
+    prob = jnp.prod(mu[states, actions] * mdp.P[states, actions, nxt], axis=1)
+    R = mdp.R if mdp.R.ndim == 3 else jnp.broadcast_to(mdp.R[:, :, None], mdp.P.shape)
+    seq = SequenceInputs(log_rhos=log_ratio_table(p.pi, mu)[states, actions].T,
+                         discounts=next_state_discounts(mdp)[nxt].T, rewards=R[states, actions, nxt].T,
+                         values=vbar[states].T, bootstrap_value=vbar[nxt[:, -1]])
+    return seq, prob
+
+
+def prefix_means(x: Array, prob: Array, S: int, C: int, t: int) -> tuple[Array, Array]:
+    """(E[x | prefix up to s_t] [S C^t], P(prefix | s_0) [S C^t]) for x [N]."""
+    x, w = x.reshape(S * C**t, -1), prob.reshape(S * C**t, -1)
+    pw = jnp.sum(w, axis=-1)
+    return jnp.sum(w * x, axis=-1) / jnp.where(pw > 0, pw, 1.0), pw
+
+
+def _prefix_states(S: int, A: int, T: int, t: int) -> np.ndarray:
+    states, _, _ = _layout(S, A, T)
+    return states[:, t].reshape(S * (A * S) ** t, -1)[:, 0]
+
+
+def _prefix_ratio(seq: SequenceInputs, S: int, C: int, t: int) -> Array:
+    """prod_{j<t} rho_j along each prefix [S C^t]."""
+    r = jnp.exp(jnp.sum(seq.log_rhos[:t], axis=0)) if t else jnp.ones(seq.log_rhos.shape[1:], seq.log_rhos.dtype)
+    return r.reshape(S * C**t, -1)[:, 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class UserSequence:
+    name: str
+    target: SequenceTarget
+    claim: Claim
+
+
+class SeqOut(NamedTuple):
+    claim_err: Array    # [K] max |E[vs_t | prefix; V_claim] - V_claim(s_t)|
+    markov: Array       # [] max spread of E[vs_t | prefix] over prefixes with the same s_t
+    fixed_err: Array    # [] max |V* - V_claim| (stalest version)
+    var0: Array         # [S] Var(vs_0 | s_0)
+    grads: Array        # [5]
+    pg_err: Array       # [K] (NaN without pg)
+    z: Array            # [1, S]
+    valid: Array        # [1, S]
+    gap: Array          # [1, S]
+    ncp: Array          # [1, S]
+    means0: Array       # [2, K, S] E[vs_0 | s_0] at (V_claim, arbitrary Vbar)
+    atoms0: Array       # [2, K, n_atoms, S]
+    ref0: Array         # [2, K, S] the claim's operator (V-trace, lambda = 1, rho_bar = c_bar = c)
+    dev: Array          # [P] E[vs_t | prefix] - E[vs_t | s_t] at the arbitrary Vbar, stalest, t >= 1
+    dev_atom: Array     # [P] the same for the prefix-ratio closed form
+    fixed: Array        # [S] V* - V_claim
+    fp_atoms: Array     # [n_fp, S] V_h - V_claim
+
+
+def atom_labels() -> list[str]:
+    labels = []
+    for lam, rb, cb in itertools.product(LAMBDAS, THRESHOLDS, THRESHOLDS):
+        labels.append(f"V-trace with lambda={lam:g}, rho_bar={rb:g}, c_bar={cb:g} (Eq 11)")
+    labels += [f"the uncorrected lambda-return / GAE (rho = 1), lambda={lam:g}: fixed point V^mu" for lam in LAMBDAS]
+    return labels
+
+
+def fp_labels() -> list[str]:
+    return (["V^mu, the behaviour's value (uncorrected)"]
+            + [f"V^pitilde, pitilde ∝ min(c mu, pi) at c={c:g} (Eq 10: the rho_bar of V-trace sets it)" for c in GRID])
+
+
+def _atoms(p: Problem, mu: Array, vbar: Array, T: int) -> Array:
+    """E[vs_0 | s_0] of the V-trace grid and the uncorrected lambda-returns, in closed form. [n, S]"""
+    grid = jnp.asarray(list(itertools.product(LAMBDAS, THRESHOLDS, THRESHOLDS)), vbar.dtype)
+
+    def op(g, target):
+        return ex.expected_vtrace_operator(p.mdp, target, mu, vbar, n_steps=T, lambda_=g[0],
+                                           clip_rho_threshold=g[1], clip_c_threshold=g[2])
+
+    vt = jax.vmap(lambda g: op(g, p.pi))(grid)
+    lam = jnp.asarray(LAMBDAS, vbar.dtype)
+    unc = jax.vmap(lambda g: op(jnp.stack([g, jnp.inf, jnp.inf]).astype(vbar.dtype), mu))(lam)
+    return jnp.concatenate([vt, unc])
+
+
+def seq_checks(key: Array, p: Problem, users: tuple, T: int, num_samples: int) -> tuple:
+    """Everything for one problem and every user sequence target (one graph)."""
+    S, A = p.mdp.num_states, p.mdp.num_actions
+    C = A * S
+    mixes = jnp.broadcast_to(jnp.eye(NUM_VERSIONS, dtype=p.vbar.dtype)[:, :, None], (NUM_VERSIONS,) + p.mix.shape)
+    prefix_states = [_prefix_states(S, A, T, t) for t in range(T)]
+    q_pi = ex.q_values(p.mdp, v=p.vbar)
+    t_pi = jnp.sum(p.pi * q_pi, -1)
+    outs = []
+    for u in users:
+        v_claim = jax.vmap(lambda q: claimed_value(p, q, u.claim))(mixes)  # [K, S]
+
+        def run(mu, vbar):
+            seq, prob = enumerate_trajectories(p, mu, vbar, T)
+            vs, pg = u.target(seq)
+            return seq, prob, vs, pg
+
+        def at_claim(k):
+            mu, v = p.mus[k], v_claim[k]
+            _, prob, vs, pg = run(mu, v)
+            errs = [maxabs(jnp.where(prefix_means(vs[t], prob, S, C, t)[1] > 0,
+                                     prefix_means(vs[t], prob, S, C, t)[0] - v[prefix_states[t]], 0.0))
+                    for t in range(T)]
+            if pg is None:
+                pg_err = jnp.asarray(jnp.nan, v.dtype)
+            else:
+                m = behaviour_mass(p, mixes[k], u.claim.weight_kind, u.claim.c)
+                claimed = m * (ex.q_values(p.mdp, v=v) - v[:, None])
+                pg_err = maxabs(jnp.sum((prob * pg[0]).reshape(S, A, -1), -1) - claimed)
+            return jnp.max(jnp.stack(errs)), pg_err, prefix_means(vs[0], prob, S, C, 0)[0]
+
+        claim_err, pg_err, mean_claim = jax.vmap(at_claim)(jnp.arange(NUM_VERSIONS))
+        seq, prob, vs, pg = run(p.mus[-1], p.vbar)
+        devs, dev_atoms = [], []
+        spread = [jnp.zeros((), p.vbar.dtype)]
+        onehots = [jax.nn.one_hot(ps, S, dtype=p.vbar.dtype) for ps in prefix_states]
+        for t in range(1, T):
+            m, pw = prefix_means(vs[t], prob, S, C, t)
+            oh = onehots[t] * (pw > 0)[:, None]                         # [P, S]
+            hi = jnp.max(jnp.where(oh > 0, m[:, None], -jnp.inf), axis=0)
+            lo = jnp.min(jnp.where(oh > 0, m[:, None], jnp.inf), axis=0)
+            spread.append(jnp.max(jnp.where(jnp.isfinite(hi - lo), hi - lo, 0.0)))
+            wsum = jnp.sum(oh * pw[:, None], axis=0)
+            mbar = jnp.sum(oh * (pw * m)[:, None], axis=0) / jnp.where(wsum > 0, wsum, 1.0)
+            r = _prefix_ratio(seq, S, C, t)
+            rbar = jnp.sum(oh * (pw * r)[:, None], axis=0) / jnp.where(wsum > 0, wsum, 1.0)
+            ps = prefix_states[t]
+            devs.append(jnp.where(pw > 0, m - mbar[ps], 0.0))
+            dev_atoms.append(jnp.where(pw > 0, (r - rbar[ps]) * (t_pi - p.vbar)[ps], 0.0))
+        mean0, var0 = _moments0(vs[0], prob, S)
+        fixed, _ = affine_fixed_points(lambda q: _moments0(run(p.mus[-1], q.vbar)[2][0], prob, S)[0], p)
+        grads = _grads(u, seq, prob)
+        z, valid, gap, ncp = _sampled(key, u, p, v_claim[-1], T, num_samples)
+        atoms = jnp.stack([jax.vmap(lambda mu, v: _atoms(p, mu, v, T))(p.mus, v_claim),
+                           jax.vmap(lambda mu: _atoms(p, mu, p.vbar, T))(p.mus)])
+        means0 = jnp.stack([mean_claim, jax.vmap(lambda mu: _mean0(*run(mu, p.vbar)[1:3], S))(p.mus)])
+        c = jnp.asarray(u.claim.clip, p.vbar.dtype)
+        ref0 = jnp.stack([jax.vmap(lambda mu, v: _claim_operator(p, mu, v, c, T))(p.mus, v_claim),
+                          jax.vmap(lambda mu: _claim_operator(p, mu, p.vbar, c, T))(p.mus)])
+        fp = [ex.policy_value(p.mdp, normalised(behaviour_mass(p, mixes[-1], "none", None))[1])]
+        fp += list(jax.vmap(lambda c: ex.policy_value(p.mdp, normalised(behaviour_mass(p, mixes[-1], "truncate", c))[1]))(
+            jnp.asarray(GRID, p.vbar.dtype)))
+        outs.append(SeqOut(
+            claim_err=claim_err, markov=jnp.max(jnp.stack(spread)), fixed_err=maxabs(fixed - v_claim[-1]),
+            var0=var0, grads=grads, pg_err=pg_err, z=z[None], valid=valid[None], gap=gap[None], ncp=ncp[None],
+            means0=means0, atoms0=atoms, ref0=ref0,
+            dev=jnp.concatenate(devs) if devs else jnp.zeros((1,), p.vbar.dtype),
+            dev_atom=jnp.concatenate(dev_atoms) if dev_atoms else jnp.zeros((1,), p.vbar.dtype),
+            fixed=fixed - v_claim[-1], fp_atoms=jnp.stack(fp) - v_claim[-1][None]))
+    return tuple(outs)
+
+
+def _mean0(prob: Array, vs: Array, S: int) -> Array:
+    return _moments0(vs[0], prob, S)[0]
+
+
+def _claim_operator(p: Problem, mu: Array, vbar: Array, c, T: int) -> Array:
+    return ex.expected_vtrace_operator(p.mdp, p.pi, mu, vbar, n_steps=T, lambda_=1.0, clip_rho_threshold=c,
+                                       clip_c_threshold=c)
+
+
+def _moments0(x: Array, prob: Array, S: int) -> tuple[Array, Array]:
+    x, w = x.reshape(S, -1), prob.reshape(S, -1)
+    mean = jnp.sum(w * x, -1)
+    return mean, jnp.sum(w * jnp.square(x - mean[:, None]), -1)
+
+
+def _grads(u: UserSequence, seq: SequenceInputs, prob: Array) -> Array:
+    """max |d (sum cos(vs) + sum sin(pg)) / d field| per field of SEQ_FIELDS."""
+    fields = {f: getattr(seq, f) for f in SEQ_FIELDS}
+
+    def loss(x):
+        vs, pg = u.target(seq._replace(**x))
+        return jnp.sum(jnp.cos(vs)) + (0.0 if pg is None else jnp.sum(jnp.sin(pg)))
+
+    g = jax.grad(loss)(fields)
+    return jnp.stack([maxabs(g[f]) for f in SEQ_FIELDS])
+
+
+def _sampled(key: Array, u: UserSequence, p: Problem, v: Array, T: int, n: int):
+    """z-scores [S] of the mean of vs_0 over n sampled trajectories per start state (stalest
+    version, Vbar = V_claim) against V_claim, with the exact variance."""
+    S = p.mdp.num_states
+    seq, prob = enumerate_trajectories(p, p.mus[-1], v, T)
+    vs, _ = u.target(seq)
+    mean, var = _moments0(vs[0], prob, S)
+    idx = draw(key, prob.reshape(S, -1), n) + (jnp.arange(S) * (prob.size // S))[:, None]   # [S, n]
+    sample = jax.tree_util.tree_map(lambda x: x[..., idx.ravel()] if x.ndim == 2 else x[idx.ravel()], seq)
+    vs_s, _ = u.target(sample)
+    sample_mean = jnp.mean(vs_s[0].reshape(S, n), axis=-1)
+    ok = var > 1e-20 * (1.0 + jnp.square(mean))
+    safe = jnp.where(ok, var, 1.0)
+    z = jnp.where(ok, (sample_mean - v) / jnp.sqrt(safe / n), 0.0)
+    return z, ok, mean - v, jnp.where(ok, n * jnp.square(mean - v) / safe, 0.0)
+
+
+GRAPH = fast_jit(jax.vmap(seq_checks, in_axes=(0, 0, None, None, None)), static_argnums=(2, 3, 4))
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+def run(items: list, groups, keys, num_samples: int) -> list[tuple[list[Row], list[str]]]:
+    """(rows, diagnosis) per (name, kind, claim, wrapper) item, one graph per group."""
+    from vccc_jax.verify.runner import make_problems_jit
+
+    users = tuple(UserSequence(name, wrapped, claim) for name, _, claim, wrapped in items)
+    groups_s = sequence_groups(groups)
+    outs = []
+    for g, gs, (kp, ks) in zip(groups, groups_s, keys):
+        p = make_problems_jit(kp, g)
+        p = jax.tree_util.tree_map(lambda x: x[:gs.num_mdps], p)
+        k = jax.random.split(jax.random.fold_in(ks, 1), gs.num_mdps)
+        outs.append(jax.tree_util.tree_map(np.asarray, GRAPH(k, p, users, horizon(g), num_samples)))
+    names = diagnose.mdp_names(groups_s)
+    horizons = ", ".join(f"T={horizon(g)} on {g.kind}{g.num_states}x{g.num_actions}" for g in groups)
+    return [_report(u, [o[j] for o in outs], names, horizons, num_samples) for j, u in enumerate(users)]
+
+
+def _cat(outs, field) -> np.ndarray:
+    return np.concatenate([np.asarray(getattr(o, field)) for o in outs])
+
+
+def _report(u: UserSequence, outs: list[SeqOut], names, horizons: str, num_samples: int):
+    vl = u.claim.value_label
+    rows = []
+    ce = np.max(_cat(outs, "claim_err"), axis=-1)
+    rows.append(Row(f"{u.name}: E[vs_t | prefix; Vbar = {vl}] = {vl}", "Eq 11", "exact", len(ce), float(np.max(ce)),
+                    EXACT_TOL, bool(np.all(ce <= EXACT_TOL)),
+                    diagnose.failing_mdps(ce, EXACT_TOL, names) or f"every step, prefix and version; {horizons}"))
+    mk = _cat(outs, "markov")
+    rows.append(Row(f"{u.name}: Markov (E[vs_t | prefix] depends on s_t only)", "Eq 11", "exact", len(mk),
+                    float(np.max(mk)), EXACT_TOL, bool(np.all(mk <= EXACT_TOL)),
+                    diagnose.failing_mdps(mk, EXACT_TOL, names) or "arbitrary Vbar, stalest version"))
+    fe = _cat(outs, "fixed_err")
+    rows.append(Row(f"{u.name}: fixed point = {vl}", "Eq 11", "exact", len(fe), float(np.max(fe)), FIXED_TOL,
+                    bool(np.all(fe <= FIXED_TOL)),
+                    diagnose.failing_mdps(fe, FIXED_TOL, names) or "of V -> E[vs_0 | s_0; Vbar = V], stalest version"))
+    pg = np.max(_cat(outs, "pg_err"), axis=-1)
+    if not np.all(np.isnan(pg)):
+        kind = "pi" if u.claim.weight_kind == "ratio" else f"min(c mu, pi), c={u.claim.c:g}"
+        rows.append(Row(f"{u.name}: mu E[pg_0 | s, a; {vl}] = m (Q - V)", "Eq 11", "exact", len(pg),
+                        float(np.max(pg)), EXACT_TOL, bool(np.all(pg <= EXACT_TOL)),
+                        diagnose.failing_mdps(pg, EXACT_TOL, names) or f"m = {kind}; every version"))
+    var = _cat(outs, "var0")
+    rows.append(Row(f"{u.name}: Var(vs_0|s_0) finite", "user", "exact", len(var), float(np.max(var)), np.inf,
+                    bool(np.all(np.isfinite(var))), f"median {np.median(var):.3g}"))
+    g = np.max(_cat(outs, "grads"), axis=0)
+    carrying = [f for f, x in zip(SEQ_FIELDS, g) if not x == 0.0]
+    rows.append(Row(f"{u.name}: stop_gradient (grad through vs, pg = 0)", "Eq 4-11", "exact", len(var),
+                    float(np.max(g)), 0.0, not carrying, ("gradient flows into " + ", ".join(carrying)) if carrying
+                    else "all inputs"))
+    spec = (TargetSpec(f"{u.name}: vs_0 at Vbar = {vl}", "Eq 11", None, None),)
+    pad = [_pad(np.asarray(getattr(o, f))) for o in outs for f in ("z", "valid", "gap", "ncp")]
+    z, valid, gap, ncp = (np.concatenate(pad[i::4]) for i in range(4))
+    rows += sampled_rows(spec, z, valid, gap, ncp, num_samples)
+    diagnosis = _diagnosis(u, outs, rows, carrying)
+    if u.claim.name == "any":
+        for r in rows:
+            if "fixed point" in r.name or "Vbar =" in r.name or r.kind == "sampled" or "pg_0" in r.name:
+                r.detail, r.passed = f"no claim (any): {r.detail}", True
+        explained = " matches " in diagnosis[0] and "no known" not in diagnosis[0] or "no bias" in diagnosis[0]
+        rows.append(Row(f"{u.name}: E[vs_0|s_0] is a known closed form", "user", "exact", len(var),
+                        0.0 if explained else 1.0, 0.0, explained, diagnosis[0]))
+    return rows, diagnosis
+
+
+def _pad(x: np.ndarray) -> np.ndarray:
+    from vccc_jax.verify.targets import MAX_STATES_PADDED
+
+    return np.pad(x, ((0, 0), (0, 0), (0, MAX_STATES_PADDED - x.shape[-1])), constant_values=np.zeros((), x.dtype))
+
+
+def _diagnosis(u: UserSequence, outs: list[SeqOut], rows: list[Row], carrying: list[str]) -> list[str]:
+    lines = []
+    labels = atom_labels()
+    means = np.concatenate([np.asarray(o.means0).ravel() for o in outs])
+    ref = np.concatenate([np.asarray(o.ref0).ravel() for o in outs])
+    atoms = np.concatenate([np.moveaxis(np.asarray(o.atoms0), 3, 0).reshape(len(labels), -1) for o in outs], axis=1)
+    exact_ok = all(r.passed for r in rows if r.kind == "exact" and ("Vbar =" in r.name or "fixed point" in r.name))
+    markov_ok = next(r for r in rows if "Markov" in r.name).passed
+    if not markov_ok:
+        dev = np.concatenate([np.asarray(o.dev).ravel() for o in outs])
+        dev_atom = np.concatenate([np.asarray(o.dev_atom).ravel() for o in outs])
+        m = diagnose.match(dev, dev_atom[None], ["a sequence-level ratio applied per token: E[vs_t | prefix] = "
+                                                 "Vbar + (prod_{j<t} rho_j)(T_pi Vbar - Vbar)(s_t)"])
+        lines.append("the target depends on earlier steps of the trajectory: " + m.sentence("E[vs_t | prefix] - E[vs_t | s_t]"))
+    if exact_ok and u.claim.name != "any":
+        lines.insert(0, f"unbiased for {u.claim.value_label} at every step; fixed point {u.claim.value_label}")
+    else:
+        m = diagnose.match(means - ref, atoms - ref[None], labels, float(np.max(np.abs(means))))
+        lines.insert(0, "E[vs_0 | s_0] (at V_claim and at an arbitrary Vbar): " + m.sentence("it"))
+        fixed = np.concatenate([np.asarray(o.fixed).ravel() for o in outs])
+        fp = np.concatenate([np.moveaxis(np.asarray(o.fp_atoms), 1, 0).reshape(len(fp_labels()), -1) for o in outs],
+                            axis=1)
+        mf = diagnose.match(fixed, fp, fp_labels(), 1.0)
+        lines.append(f"fixed point: max |V* - {u.claim.value_label}| = {np.max(np.abs(fixed)):.3g}; "
+                     + mf.sentence("V* - V_claim").replace("V* - V_claim matches", "V* is"))
+    if carrying:
+        lines.append("the target is not a constant: gradient flows into " + ", ".join(carrying)
+                     + " (wrap it in jax.lax.stop_gradient; DESIGN.md §3)")
+    return lines
