@@ -104,9 +104,20 @@ class _ClaimsView(NamedTuple):
 def affine_fixed_points(mean_of: callable, p: Problem) -> tuple[Array, Array]:
     """Fixed points of V -> mean_of(p with Vbar = V) [..., S] (affine in V): (V* [..., S],
     identified [..., S]); states whose expected update is identically 0 keep V* = 0."""
+    return solve_affine(jax.vmap(lambda v: mean_of(p.replace(vbar=v)))(_basis(p)))
+
+
+def _basis(p: Problem) -> Array:
+    """The S + 1 bootstrap vectors 0, e_1, ..., e_S of an affine map. [S + 1, S]"""
     S, dtype = p.vbar.shape[-1], p.vbar.dtype
-    c = mean_of(p.replace(vbar=jnp.zeros((S,), dtype)))
-    cols = jax.vmap(lambda e: mean_of(p.replace(vbar=e)))(jnp.eye(S, dtype=dtype))  # [S_j, ..., S_i]
+    return jnp.concatenate([jnp.zeros((1, S), dtype), jnp.eye(S, dtype=dtype)])
+
+
+def solve_affine(values: Array) -> tuple[Array, Array]:
+    """Fixed point of an affine map f(V) = c + M V from its values [S + 1, ..., S] at
+    :func:`_basis` (exact for affine maps, indifferent to stop_gradient, unlike a Jacobian)."""
+    c, cols = values[0], values[1:]
+    S, dtype = c.shape[-1], c.dtype
     M = jnp.moveaxis(cols - c[None], 0, -1)                                           # [..., S_i, S_j]
     A = jnp.eye(S, dtype=dtype) - M
     scale = jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True)[..., 0] + jnp.max(jnp.abs(c), -1, keepdims=True) + 1.0
@@ -155,42 +166,71 @@ def _mixes(p: Problem) -> Array:
     return jnp.concatenate([jnp.broadcast_to(eye, (NUM_VERSIONS,) + p.mix.shape), p.mix[None]])
 
 
-def _source_means(p: Problem, u: UserOneStep) -> tuple[Array, Array]:
-    """Exact (mean, var) [K + 1, S] of the user's target on every version and the replay."""
-    per_version, replay = all_cells(p, u.zclip, u.zclip if u.zclip >= 1 else MASK_CLIP)
-    mv = jax.vmap(lambda c: cell_moments(c, u.target(c)))(per_version)
-    mr = cell_moments(replay, u.target(replay))
+def _cells(p: Problem, zclip: float):
+    return all_cells(p, zclip, zclip if zclip >= 1 else MASK_CLIP)
+
+
+def _moments(target, per_version: Cells, replay: Cells) -> tuple[Array, Array]:
+    """Exact (mean, var) [K + 1, S] of a target on every version's cells and the replay's."""
+    mv = jax.vmap(lambda c: cell_moments(c, target(c)))(per_version)
+    mr = cell_moments(replay, target(replay))
     return jnp.concatenate([mv[0], mr[0][None]]), jnp.concatenate([mv[1], mr[1][None]])
 
 
-def user_extras(p: Problem, u: UserOneStep) -> Extras:
+class _ClaimParts(NamedTuple):
+    claimed: Array
+    fixed_claim: Array
+    claim_ok: Array
+    atoms: Array
+    atom_fixed: Array
+
+
+def _claim_parts(p: Problem, claim: Claim) -> _ClaimParts:
+    """Everything that depends on the claim only (shared by the targets with that claim)."""
     mixes = _mixes(p)
-    means, variances = _source_means(p, u)
-    claimed = jax.vmap(lambda q: ClaimedMean(u.claim)(_ClaimsView(p, q)))(mixes)
-    last2 = jnp.asarray([NUM_VERSIONS - 1, NUM_VERSIONS])
-    fixed, identified = affine_fixed_points(lambda q: _source_means(q, u)[0][last2], p)
-    fixed_claim = jax.vmap(lambda q: claimed_value(p, q, u.claim))(mixes[last2])
-    claim_ok = jax.vmap(lambda q: jnp.sum(behaviour_mass(p, q, u.claim.weight_kind, u.claim.c), -1) > 0)(mixes[last2])
-    atoms = jax.vmap(lambda q: mean_atoms(p, q, u.claim))(mixes)
-    atom_fixed, _ = affine_fixed_points(lambda q: jax.vmap(lambda m: mean_atoms(q, m, u.claim))(mixes[last2]), p)
-    return Extras(means, variances, claimed, fixed, identified, fixed_claim, claim_ok,
-                  _gradient_norms(p, u), atoms, atom_fixed)
+    last2 = mixes[NUM_VERSIONS - 1:]
+    return _ClaimParts(
+        claimed=jax.vmap(lambda q: ClaimedMean(claim)(_ClaimsView(p, q)))(mixes),
+        fixed_claim=jax.vmap(lambda q: claimed_value(p, q, claim))(last2),
+        claim_ok=jax.vmap(lambda q: jnp.sum(behaviour_mass(p, q, claim.weight_kind, claim.c), -1) > 0)(last2),
+        atoms=jax.vmap(lambda q: mean_atoms(p, q, claim))(mixes),
+        atom_fixed=affine_fixed_points(lambda pv: jax.vmap(lambda m: mean_atoms(pv, m, claim))(last2), p)[0])
 
 
-def _gradient_norms(p: Problem, u: UserOneStep) -> Array:
-    """max |d sum(w Y) / d field| on the stalest version's cells, per field of GRAD_FIELDS."""
-    per_version, _ = all_cells(p, u.zclip, u.zclip if u.zclip >= 1 else MASK_CLIP)
-    cells = jax.tree_util.tree_map(lambda x: x[-1], per_version)
+def _gradient_norms(cells: Cells, target) -> Array:
+    """max |d sum(w Y) / d field| on the given cells, per field of GRAD_FIELDS."""
     w = jnp.cos(jnp.arange(cells.rewards.size, dtype=cells.rewards.dtype)).reshape(cells.rewards.shape)
     fields = {f: getattr(cells, f) for f in GRAD_FIELDS}
-    g = jax.grad(lambda x: jnp.sum(w * u.target(Cells(**{**cells._asdict(), **x}))))(fields)
+    g = jax.grad(lambda x: jnp.sum(w * target(Cells(**{**cells._asdict(), **x}))))(fields)
     return jnp.stack([maxabs(g[f]) for f in GRAD_FIELDS])
 
 
 def problem_checks(key: Array, p: Problem, users: tuple, num_samples: int):
-    """Everything for one problem, in one graph: (the built-in target checks, the extras)."""
+    """Everything for one problem, in one graph: (the built-in target checks, the extras).
+
+    The cells (at the problem's Vbar and at the S + 1 bootstrap vectors of the affine map)
+    are built once per Z threshold and the claim's closed forms once per claim, so each
+    further target adds only its own evaluations to the graph."""
     specs = tuple(s for u in users for s in u.specs())
-    return target_checks(key, p, specs, num_samples), tuple(user_extras(p, u) for u in users)
+    cells, fp_cells, parts, extras = {}, {}, {}, []
+    for u in users:
+        if u.zclip not in cells:
+            cells[u.zclip] = _cells(p, u.zclip)
+            fp_cells[u.zclip] = jax.vmap(lambda v, z=u.zclip: (lambda pv, rv: (
+                jax.tree_util.tree_map(lambda x: x[-1], pv), rv))(*_cells(p.replace(vbar=v), z)))(_basis(p))
+        if u.claim not in parts:
+            parts[u.claim] = _claim_parts(p, u.claim)
+        per_version, replay = cells[u.zclip]
+        means, variances = _moments(u.target, per_version, replay)
+        stale_fp, replay_fp = fp_cells[u.zclip]
+        fp_means = jax.vmap(lambda a, b: jnp.stack([cell_moments(a, u.target(a))[0],
+                                                    cell_moments(b, u.target(b))[0]]))(stale_fp, replay_fp)
+        fixed, identified = solve_affine(fp_means)
+        k = parts[u.claim]
+        extras.append(Extras(means, variances, k.claimed, fixed, identified, k.fixed_claim, k.claim_ok,
+                             _gradient_norms(jax.tree_util.tree_map(lambda x: x[-1], per_version), u.target),
+                             k.atoms, k.atom_fixed))
+    return target_checks(key, p, specs, num_samples), tuple(extras)
 
 
 GRAPH = fast_jit(jax.vmap(problem_checks, in_axes=(0, 0, None, None)), static_argnums=(2, 3))

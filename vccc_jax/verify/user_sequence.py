@@ -49,7 +49,7 @@ from vccc_jax.verify.contracts import Claim, SequenceTarget
 from vccc_jax.verify.problems import EXACT_TOL, NUM_VERSIONS, GroupSpec, Problem, maxabs
 from vccc_jax.verify.report import Row
 from vccc_jax.verify.targets import TargetSpec, sampled_rows
-from vccc_jax.verify.user_one_step import FIXED_TOL, GRID, affine_fixed_points
+from vccc_jax.verify.user_one_step import FIXED_TOL, GRID, _basis, solve_affine
 
 Array = chex.Array
 
@@ -166,42 +166,77 @@ def _atoms(p: Problem, mu: Array, vbar: Array, T: int) -> Array:
     return jnp.concatenate([vt, unc])
 
 
+class _Enumerated(NamedTuple):
+    """Trajectory batches shared by every target with one claim (inputs [T, N], prob [N])."""
+
+    at_claim: tuple      # every version at Vbar = V_claim: ([K, T, N] inputs, [K, N] prob)
+    sample: tuple        # sampled from the stalest version at V_claim: inputs [T, S n]
+    v_claim: Array       # [K, S]
+    atoms: Array         # [2, K, n_atoms, S] closed forms at (V_claim, arbitrary Vbar)
+    ref: Array           # [2, K, S] the claim's own operator
+    fp_atoms: Array      # [n_fp, S] V_h - V_claim (stalest)
+    sample_idx: Array    # [S, n]
+
+
+def _claim_batches(key: Array, p: Problem, claim: Claim, T: int, n: int) -> _Enumerated:
+    S = p.mdp.num_states
+    mixes = jnp.broadcast_to(jnp.eye(NUM_VERSIONS, dtype=p.vbar.dtype)[:, :, None], (NUM_VERSIONS,) + p.mix.shape)
+    v_claim = jax.vmap(lambda q: claimed_value(p, q, claim))(mixes)
+    at_claim = jax.vmap(lambda mu, v: enumerate_trajectories(p, mu, v, T))(p.mus, v_claim)
+    seq, prob = jax.tree_util.tree_map(lambda x: x[-1], at_claim)
+    idx = draw(key, prob.reshape(S, -1), n) + (jnp.arange(S) * (prob.size // S))[:, None]  # [S, n]
+    sample = jax.tree_util.tree_map(lambda x: x[..., idx.ravel()] if x.ndim == 2 else x[idx.ravel()], seq)
+    atoms = jnp.stack([jax.vmap(lambda mu, v: _atoms(p, mu, v, T))(p.mus, v_claim),
+                       jax.vmap(lambda mu: _atoms(p, mu, p.vbar, T))(p.mus)])
+    c = jnp.asarray(claim.clip, p.vbar.dtype)
+    ref = jnp.stack([jax.vmap(lambda mu, v: _claim_operator(p, mu, v, c, T))(p.mus, v_claim),
+                     jax.vmap(lambda mu: _claim_operator(p, mu, p.vbar, c, T))(p.mus)])
+    fp = [ex.policy_value(p.mdp, normalised(behaviour_mass(p, mixes[-1], "none", None))[1])[None]]
+    fp.append(jax.vmap(lambda c: ex.policy_value(p.mdp, normalised(behaviour_mass(p, mixes[-1], "truncate", c))[1]))(
+        jnp.asarray(GRID, p.vbar.dtype)))
+    return _Enumerated(at_claim, sample, v_claim, atoms, ref, jnp.concatenate(fp) - v_claim[-1][None], idx)
+
+
 def seq_checks(key: Array, p: Problem, users: tuple, T: int, num_samples: int) -> tuple:
-    """Everything for one problem and every user sequence target (one graph)."""
+    """Everything for one problem and every user sequence target (one graph). The trajectory
+    batches are enumerated once (per claim where they depend on it); each target adds only
+    its own evaluations."""
     S, A = p.mdp.num_states, p.mdp.num_actions
     C = A * S
-    mixes = jnp.broadcast_to(jnp.eye(NUM_VERSIONS, dtype=p.vbar.dtype)[:, :, None], (NUM_VERSIONS,) + p.mix.shape)
     prefix_states = [_prefix_states(S, A, T, t) for t in range(T)]
-    q_pi = ex.q_values(p.mdp, v=p.vbar)
-    t_pi = jnp.sum(p.pi * q_pi, -1)
+    onehots = [jax.nn.one_hot(ps, S, dtype=p.vbar.dtype) for ps in prefix_states]
+    t_pi = jnp.sum(p.pi * ex.q_values(p.mdp, v=p.vbar), -1)
+    mixes = jnp.broadcast_to(jnp.eye(NUM_VERSIONS, dtype=p.vbar.dtype)[:, :, None], (NUM_VERSIONS,) + p.mix.shape)
+    arbitrary = jax.vmap(lambda mu: enumerate_trajectories(p, mu, p.vbar, T))(p.mus)        # every version
+    fp_batches = jax.vmap(lambda v: enumerate_trajectories(p, p.mus[-1], v, T)[0])(_basis(p))  # stalest
+    seq, prob = jax.tree_util.tree_map(lambda x: x[-1], arbitrary)
+    # the prefix-ratio closed form (a sequence-level ratio per token), arbitrary Vbar, stalest version
+    ratios = [_prefix_ratio(seq, S, C, t) for t in range(T)]
+    claims: dict = {}
     outs = []
     for u in users:
-        v_claim = jax.vmap(lambda q: claimed_value(p, q, u.claim))(mixes)  # [K, S]
+        if u.claim not in claims:
+            claims[u.claim] = _claim_batches(key, p, u.claim, T, num_samples)
+        e = claims[u.claim]
 
-        def run(mu, vbar):
-            seq, prob = enumerate_trajectories(p, mu, vbar, T)
-            vs, pg = u.target(seq)
-            return seq, prob, vs, pg
-
-        def at_claim(k):
-            mu, v = p.mus[k], v_claim[k]
-            _, prob, vs, pg = run(mu, v)
-            errs = [maxabs(jnp.where(prefix_means(vs[t], prob, S, C, t)[1] > 0,
-                                     prefix_means(vs[t], prob, S, C, t)[0] - v[prefix_states[t]], 0.0))
+        def at_claim(seq_k, prob_k, v, mix):
+            vs, pg = u.target(seq_k)
+            errs = [maxabs(jnp.where(prefix_means(vs[t], prob_k, S, C, t)[1] > 0,
+                                     prefix_means(vs[t], prob_k, S, C, t)[0] - v[prefix_states[t]], 0.0))
                     for t in range(T)]
             if pg is None:
                 pg_err = jnp.asarray(jnp.nan, v.dtype)
             else:
-                m = behaviour_mass(p, mixes[k], u.claim.weight_kind, u.claim.c)
+                m = behaviour_mass(p, mix, u.claim.weight_kind, u.claim.c)
                 claimed = m * (ex.q_values(p.mdp, v=v) - v[:, None])
-                pg_err = maxabs(jnp.sum((prob * pg[0]).reshape(S, A, -1), -1) - claimed)
-            return jnp.max(jnp.stack(errs)), pg_err, prefix_means(vs[0], prob, S, C, 0)[0]
+                pg_err = maxabs(jnp.sum((prob_k * pg[0]).reshape(S, A, -1), -1) - claimed)
+            return jnp.max(jnp.stack(errs)), pg_err, _moments0(vs[0], prob_k, S)
 
-        claim_err, pg_err, mean_claim = jax.vmap(at_claim)(jnp.arange(NUM_VERSIONS))
-        seq, prob, vs, pg = run(p.mus[-1], p.vbar)
+        claim_err, pg_err, (mean_claim, var_claim) = jax.vmap(at_claim)(*e.at_claim, e.v_claim, mixes)
+        vs_all = jax.vmap(lambda q: u.target(q)[0])(arbitrary[0])                              # [K, T, N]
+        vs = vs_all[-1]
         devs, dev_atoms = [], []
         spread = [jnp.zeros((), p.vbar.dtype)]
-        onehots = [jax.nn.one_hot(ps, S, dtype=p.vbar.dtype) for ps in prefix_states]
         for t in range(1, T):
             m, pw = prefix_means(vs[t], prob, S, C, t)
             oh = onehots[t] * (pw > 0)[:, None]                         # [P, S]
@@ -210,36 +245,32 @@ def seq_checks(key: Array, p: Problem, users: tuple, T: int, num_samples: int) -
             spread.append(jnp.max(jnp.where(jnp.isfinite(hi - lo), hi - lo, 0.0)))
             wsum = jnp.sum(oh * pw[:, None], axis=0)
             mbar = jnp.sum(oh * (pw * m)[:, None], axis=0) / jnp.where(wsum > 0, wsum, 1.0)
-            r = _prefix_ratio(seq, S, C, t)
-            rbar = jnp.sum(oh * (pw * r)[:, None], axis=0) / jnp.where(wsum > 0, wsum, 1.0)
+            rbar = jnp.sum(oh * (pw * ratios[t])[:, None], axis=0) / jnp.where(wsum > 0, wsum, 1.0)
             ps = prefix_states[t]
             devs.append(jnp.where(pw > 0, m - mbar[ps], 0.0))
-            dev_atoms.append(jnp.where(pw > 0, (r - rbar[ps]) * (t_pi - p.vbar)[ps], 0.0))
-        mean0, var0 = _moments0(vs[0], prob, S)
-        fixed, _ = affine_fixed_points(lambda q: _moments0(run(p.mus[-1], q.vbar)[2][0], prob, S)[0], p)
-        grads = _grads(u, seq, prob)
-        z, valid, gap, ncp = _sampled(key, u, p, v_claim[-1], T, num_samples)
-        atoms = jnp.stack([jax.vmap(lambda mu, v: _atoms(p, mu, v, T))(p.mus, v_claim),
-                           jax.vmap(lambda mu: _atoms(p, mu, p.vbar, T))(p.mus)])
-        means0 = jnp.stack([mean_claim, jax.vmap(lambda mu: _mean0(*run(mu, p.vbar)[1:3], S))(p.mus)])
-        c = jnp.asarray(u.claim.clip, p.vbar.dtype)
-        ref0 = jnp.stack([jax.vmap(lambda mu, v: _claim_operator(p, mu, v, c, T))(p.mus, v_claim),
-                          jax.vmap(lambda mu: _claim_operator(p, mu, p.vbar, c, T))(p.mus)])
-        fp = [ex.policy_value(p.mdp, normalised(behaviour_mass(p, mixes[-1], "none", None))[1])]
-        fp += list(jax.vmap(lambda c: ex.policy_value(p.mdp, normalised(behaviour_mass(p, mixes[-1], "truncate", c))[1]))(
-            jnp.asarray(GRID, p.vbar.dtype)))
+            dev_atoms.append(jnp.where(pw > 0, (ratios[t] - rbar[ps]) * (t_pi - p.vbar)[ps], 0.0))
+        mean_arb = jax.vmap(lambda v, q: _moments0(v[0], q, S)[0])(vs_all, arbitrary[1])
+        var0 = _moments0(vs[0], prob, S)[1]
+        fixed, _ = solve_affine(jax.vmap(lambda q: _moments0(u.target(q)[0][0], prob, S)[0])(fp_batches))
+        vs_s, _ = u.target(e.sample)
+        z, valid, gap, ncp = _z_scores(jnp.mean(vs_s[0].reshape(S, -1), axis=-1), mean_claim[-1], var_claim[-1],
+                                       e.v_claim[-1], num_samples)
+        zero = jnp.zeros((1,), p.vbar.dtype)
         outs.append(SeqOut(
-            claim_err=claim_err, markov=jnp.max(jnp.stack(spread)), fixed_err=maxabs(fixed - v_claim[-1]),
-            var0=var0, grads=grads, pg_err=pg_err, z=z[None], valid=valid[None], gap=gap[None], ncp=ncp[None],
-            means0=means0, atoms0=atoms, ref0=ref0,
-            dev=jnp.concatenate(devs) if devs else jnp.zeros((1,), p.vbar.dtype),
-            dev_atom=jnp.concatenate(dev_atoms) if dev_atoms else jnp.zeros((1,), p.vbar.dtype),
-            fixed=fixed - v_claim[-1], fp_atoms=jnp.stack(fp) - v_claim[-1][None]))
+            claim_err=claim_err, markov=jnp.max(jnp.stack(spread)), fixed_err=maxabs(fixed - e.v_claim[-1]),
+            var0=var0, grads=_grads(u, seq), pg_err=pg_err, z=z[None], valid=valid[None], gap=gap[None],
+            ncp=ncp[None], means0=jnp.stack([mean_claim, mean_arb]), atoms0=e.atoms, ref0=e.ref,
+            dev=jnp.concatenate(devs) if devs else zero, dev_atom=jnp.concatenate(dev_atoms) if dev_atoms else zero,
+            fixed=fixed - e.v_claim[-1], fp_atoms=e.fp_atoms))
     return tuple(outs)
 
 
-def _mean0(prob: Array, vs: Array, S: int) -> Array:
-    return _moments0(vs[0], prob, S)[0]
+def _z_scores(sample_mean: Array, mean: Array, var: Array, claimed: Array, n: int):
+    """(z, valid, gap, ncp) [S] of a sample mean against the claim, with the exact variance."""
+    ok = var > 1e-20 * (1.0 + jnp.square(mean))
+    safe = jnp.where(ok, var, 1.0)
+    z = jnp.where(ok, (sample_mean - claimed) / jnp.sqrt(safe / n), 0.0)
+    return z, ok, mean - claimed, jnp.where(ok, n * jnp.square(mean - claimed) / safe, 0.0)
 
 
 def _claim_operator(p: Problem, mu: Array, vbar: Array, c, T: int) -> Array:
@@ -253,7 +284,7 @@ def _moments0(x: Array, prob: Array, S: int) -> tuple[Array, Array]:
     return mean, jnp.sum(w * jnp.square(x - mean[:, None]), -1)
 
 
-def _grads(u: UserSequence, seq: SequenceInputs, prob: Array) -> Array:
+def _grads(u: UserSequence, seq: SequenceInputs) -> Array:
     """max |d (sum cos(vs) + sum sin(pg)) / d field| per field of SEQ_FIELDS."""
     fields = {f: getattr(seq, f) for f in SEQ_FIELDS}
 
@@ -263,23 +294,6 @@ def _grads(u: UserSequence, seq: SequenceInputs, prob: Array) -> Array:
 
     g = jax.grad(loss)(fields)
     return jnp.stack([maxabs(g[f]) for f in SEQ_FIELDS])
-
-
-def _sampled(key: Array, u: UserSequence, p: Problem, v: Array, T: int, n: int):
-    """z-scores [S] of the mean of vs_0 over n sampled trajectories per start state (stalest
-    version, Vbar = V_claim) against V_claim, with the exact variance."""
-    S = p.mdp.num_states
-    seq, prob = enumerate_trajectories(p, p.mus[-1], v, T)
-    vs, _ = u.target(seq)
-    mean, var = _moments0(vs[0], prob, S)
-    idx = draw(key, prob.reshape(S, -1), n) + (jnp.arange(S) * (prob.size // S))[:, None]   # [S, n]
-    sample = jax.tree_util.tree_map(lambda x: x[..., idx.ravel()] if x.ndim == 2 else x[idx.ravel()], seq)
-    vs_s, _ = u.target(sample)
-    sample_mean = jnp.mean(vs_s[0].reshape(S, n), axis=-1)
-    ok = var > 1e-20 * (1.0 + jnp.square(mean))
-    safe = jnp.where(ok, var, 1.0)
-    z = jnp.where(ok, (sample_mean - v) / jnp.sqrt(safe / n), 0.0)
-    return z, ok, mean - v, jnp.where(ok, n * jnp.square(mean - v) / safe, 0.0)
 
 
 GRAPH = fast_jit(jax.vmap(seq_checks, in_axes=(0, 0, None, None, None)), static_argnums=(2, 3, 4))
