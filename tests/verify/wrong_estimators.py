@@ -64,7 +64,7 @@ def sequence_ratio_per_token(seq: SequenceInputs, clip, options):
     """The whole sequence's ratio prod_t rho_t applied to every token's TD error."""
     next_values = jnp.concatenate([seq.values[1:], seq.bootstrap_value[None]])
     delta = seq.rewards + seq.discounts * next_values - seq.values
-    return sg(seq.values + jnp.exp(jnp.sum(seq.log_rhos, axis=0)) * delta)
+    return sg(seq.values + jnp.exp(jnp.sum(seq.log_rhos, axis=0))[None] * delta)
 
 
 def gae_on_stale_data(seq: SequenceInputs, clip, options):
@@ -97,6 +97,6 @@ GALLERY = (
     ("vtrace_bars_swapped", "clipped:2", "fixed point", "V-trace with lambda=1, rho_bar=1, c_bar=2"),
     ("sequence_ratio_per_token", "vpi", "Markov", "sequence-level ratio applied per token"),
     ("gae_on_stale_data", "vpi", "fixed point", "uncorrected lambda-return / GAE (rho = 1), lambda=0.9"),
-    ("tis_uncentred", "clipped:2", "arbitrary b", "uncentred truncated weight at c=2"),
+    ("tis_uncentred", "clipped:2", "any b", "uncentred truncated weight at c=2"),
     ("ratio_inside_gradient", "vpi", "Eq 12", "ratio weight left inside the gradient"),
 )

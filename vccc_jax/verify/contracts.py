@@ -96,6 +96,10 @@ class Claim:
         return self.name
 
     @property
+    def value_short(self) -> str:
+        return "V^pit" if self.name in ("clipped", "masked") else "V^pi"
+
+    @property
     def value_label(self) -> str:
         if self.name in ("clipped", "masked"):
             return f"V^pitilde ({self.weight_kind} c={self.c:g})"

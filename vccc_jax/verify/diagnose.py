@@ -58,7 +58,7 @@ def match(bias: np.ndarray, atoms: np.ndarray, labels: Sequence[str], scale: flo
     return Match(labels[best], float(alpha[best]), float(res[best]), False, ne)
 
 
-def failing_mdps(errors: np.ndarray, tol: float, names: Sequence[str], limit: int = 6) -> str:
+def failing_mdps(errors: np.ndarray, tol: float, names: Sequence[str], limit: int = 3) -> str:
     """"fails in n/N MDPs: name name ..." for per-MDP errors [N] (NaN fails), or ""."""
     errors = np.asarray(errors, float)
     bad = ~(errors <= tol)

@@ -101,8 +101,7 @@ class Target:
         kind = self.kind or infer_kind(fn)
         claim = self.claim if isinstance(self.claim, Claim) else parse_claim(self.claim)
         kwargs = tuple(sorted(dict(self.kwargs).items()))
-        name = self.name or (self.fn if isinstance(self.fn, str) else getattr(fn, "__name__", None)
-                             or getattr(fn, "name", "target"))
+        name = self.name or getattr(fn, "__name__", None) or getattr(fn, "name", "target")
         return name, kind, claim, wrap(fn, kind, claim, kwargs)
 
 
@@ -140,7 +139,8 @@ def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key
             seconds = (time.perf_counter() - t0) / len(idx)
             for i, (rows, diagnosis) in zip(idx, results):
                 name, kind_, claim, _ = resolved[i]
-                reports[i] = Report(name, kind_, claim.label, rows, diagnosis, seconds)
+                label = targets[i].fn if isinstance(targets[i].fn, str) else name
+                reports[i] = Report(label, kind_, claim.label, rows, diagnosis, seconds)
     return reports
 
 

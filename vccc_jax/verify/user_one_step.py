@@ -119,10 +119,11 @@ def solve_affine(values: Array) -> tuple[Array, Array]:
     c, cols = values[0], values[1:]
     S, dtype = c.shape[-1], c.dtype
     M = jnp.moveaxis(cols - c[None], 0, -1)                                           # [..., S_i, S_j]
-    A = jnp.eye(S, dtype=dtype) - M
+    eye = jnp.broadcast_to(jnp.eye(S, dtype=dtype), M.shape)
+    A = eye - M
     scale = jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True)[..., 0] + jnp.max(jnp.abs(c), -1, keepdims=True) + 1.0
     ok = jnp.max(jnp.abs(A), axis=-1) > 1e-12 * scale
-    A = jnp.where(ok[..., None], A, jnp.eye(S, dtype=dtype))
+    A = jnp.where(ok[..., None], A, eye)
     return jnp.linalg.solve(A, jnp.where(ok, c, 0.0)[..., None])[..., 0], ok
 
 
@@ -142,7 +143,7 @@ class UserOneStep:
         """(every version, sampled from the stalest; the replay mixture) -- the built-in rows' specs."""
         claimed, eq = ClaimedMean(self.claim), "user"
         return (TargetSpec(self.name, eq, self.target, claimed, "stale", False, self.zclip),
-                TargetSpec(f"{self.name} over replay mixture", eq, self.target, claimed, "replay", False, self.zclip))
+                TargetSpec(f"{self.name} (replay)", eq, self.target, claimed, "replay", False, self.zclip))
 
 
 class Extras(NamedTuple):
@@ -262,15 +263,14 @@ def user_reports(users: Sequence[UserOneStep], outs: list, groups, num_samples: 
         grads = np.concatenate([np.asarray(e.grads) for e in ex_])  # [B, F]
         rows = _decorate(rows, u, errs, names)
         for i, src in enumerate(("stalest version", "replay mixture")):
-            name = u.name if i == 0 else f"{u.name} over replay mixture"
+            name = u.name if i == 0 else f"{u.name} (replay)"
             e = fixed_err[:, i]
             rows.append(Row(f"{name}: fixed point = {u.claim.value_label}", "user", "exact", len(e),
                             float(np.max(e)), FIXED_TOL, bool(np.all(e <= FIXED_TOL)),
-                            diagnose.failing_mdps(e, FIXED_TOL, names)
-                            or "exact fixed point of the expected TD update (affine map in Vbar, solved)"))
+                            diagnose.failing_mdps(e, FIXED_TOL, names) or "of the expected TD update"))
         ok_var = bool(np.all(np.isfinite(var)))
         rows.append(Row(f"{u.name}: Var(Y|s) finite", "user", "exact", len(var), float(np.max(var)), INF, ok_var,
-                        f"max over states; median {np.median(var):.3g}, max {np.max(var):.3g} over versions and replay"))
+                        f"median {np.median(var):.3g} over MDPs"))
         g = np.max(grads, axis=0)
         carrying = [f for f, x in zip(("rewards discounts values next_values log_rhos baseline baseline_vmu "
                                        "baseline_star z z_mask").split(), g) if not x == 0.0]
@@ -286,7 +286,7 @@ def user_reports(users: Sequence[UserOneStep], outs: list, groups, num_samples: 
 
 def _decorate(rows: list[Row], u: UserOneStep, errs: np.ndarray, names) -> list[Row]:
     """Name the exact mean rows after the claim and list the MDPs where they fail."""
-    claim_text = "T_pi Vbar" if u.claim.weight_kind == "ratio" else f"Vbar + Z (T_pitilde Vbar - Vbar), {u.claim.label}"
+    claim_text = "T_pi Vbar" if u.claim.weight_kind == "ratio" else "Vbar + Z (T_pit Vbar - Vbar)"
     exact = [r for r in rows if r.kind == "exact"]
     for i, r in enumerate(exact):
         r.name = r.name.replace(": mean = claim", f": E[Y|s] = {claim_text}")

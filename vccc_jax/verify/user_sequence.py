@@ -324,12 +324,12 @@ def _cat(outs, field) -> np.ndarray:
 
 
 def _report(u: UserSequence, outs: list[SeqOut], names, horizons: str, num_samples: int):
-    vl = u.claim.value_label
+    vl = u.claim.value_short
     rows = []
     ce = np.max(_cat(outs, "claim_err"), axis=-1)
     rows.append(Row(f"{u.name}: E[vs_t | prefix; Vbar = {vl}] = {vl}", "Eq 11", "exact", len(ce), float(np.max(ce)),
                     EXACT_TOL, bool(np.all(ce <= EXACT_TOL)),
-                    diagnose.failing_mdps(ce, EXACT_TOL, names) or f"every step, prefix and version; {horizons}"))
+                    diagnose.failing_mdps(ce, EXACT_TOL, names) or f"{u.claim.value_label}; every step, prefix, version; {horizons}"))
     mk = _cat(outs, "markov")
     rows.append(Row(f"{u.name}: Markov (E[vs_t | prefix] depends on s_t only)", "Eq 11", "exact", len(mk),
                     float(np.max(mk)), EXACT_TOL, bool(np.all(mk <= EXACT_TOL)),
