@@ -41,6 +41,13 @@ def naive_baseline(rewards, discounts, values, next_values, log_rhos, baseline, 
     return sg(h + (jnp.minimum(jnp.exp(log_rhos), clip) - 1.0) * (h - baseline))
 
 
+def ratio_on_baseline_only(rewards, discounts, values, next_values, log_rhos, baseline):
+    """Eq 4 with the ratio applied to the baseline only: H - (rho - 1) b. E[rho - 1] = 0, so
+    the correction vanishes in expectation and the mean is the behaviour backup."""
+    h = rewards + discounts * next_values
+    return sg(h - (jnp.exp(log_rhos) - 1.0) * baseline)
+
+
 def missing_stop_gradient(rewards, discounts, values, next_values, log_rhos):
     """Eq 8, right mean, but the regression target carries gradient into the critic."""
     return values + jnp.exp(log_rhos) * (rewards + discounts * next_values - values)
@@ -92,6 +99,7 @@ GALLERY = (
     ("rho_not_rho_minus_one", "vpi", "E[Y|s] =", "rho used where rho - 1 belongs: H + rho (H - b)"),
     ("truncated_at_1_5", "clipped:2", "E[Y|s] =", "clipping to pitilde ∝ min(c mu, pi) at c=1.5"),
     ("naive_baseline", "clipped:2", "E[Y|s] =", "naive-baseline leak (1 - Z) b: H + (w - 1)(H - b) with w = truncate(rho, c=2)"),
+    ("ratio_on_baseline_only", "vpi", "E[Y|s] =", "the uncorrected target"),
     ("missing_stop_gradient", "vpi", "stop_gradient", "gradient flows into"),
     ("off_by_one_bootstrap", "vpi", "E[Y|s] =", "off-by-one bootstrap"),
     ("vtrace_bars_swapped", "clipped:2", "fixed point", "V-trace with lambda=1, rho_bar=1, c_bar=2"),

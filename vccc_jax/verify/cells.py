@@ -84,6 +84,19 @@ def all_cells(p: Problem, clip: float = CLIP, mask_clip: float = MASK_CLIP) -> t
     return per_version, mix_cells(per_version, p.mix)
 
 
+def evaluate_joined(fn, *cell_sets: Cells) -> list[Array]:
+    """``fn`` (elementwise) on several cell sets of any shapes with ONE call, on their fields
+    flattened and joined: one traced evaluation instead of one per set. Returns one output
+    per set, of that set's shape."""
+    flat = jax.tree_util.tree_map(lambda *xs: jnp.concatenate([x.ravel() for x in xs]), *cell_sets)
+    y = fn(flat)
+    out, start = [], 0
+    for c in cell_sets:
+        out.append(y[start:start + c.rewards.size].reshape(c.rewards.shape))
+        start += c.rewards.size
+    return out
+
+
 def cell_moments(cells: Cells, y: Array) -> tuple[Array, Array]:
     """Exact (mean, var) [S] of y [S, C] under the cell distribution (zero-probability cells dropped)."""
     y = jnp.where(cells.prob > 0, y, 0.0)

@@ -19,7 +19,7 @@ import numpy as np
 from vccc_jax.estimators import critic_targets as ct
 from vccc_jax.tabular import exact as ex
 from vccc_jax.verify import stats
-from vccc_jax.verify.cells import Cells, all_cells, cell_moments, draw
+from vccc_jax.verify.cells import Cells, all_cells, cell_moments, draw, evaluate_joined
 from vccc_jax.verify.contracts import INF, OneStepTarget
 from vccc_jax.verify.problems import (
     ALPHA,
@@ -145,6 +145,8 @@ class TargetCheck(NamedTuple):
     valid: Array        # [n_targets, S] exact Var > 0 (else no z-score)
     gap: Array          # [n_targets, S] exact mean - claimed (stalest version / replay)
     ncp: Array          # [n_targets, S] N gap^2 / Var: non-centrality of z^2 (for power)
+    mean: Array         # [n_targets, K, S] exact E[Y | s] per version (replay targets: the replay's, repeated)
+    var: Array          # [n_targets, K, S] exact Var(Y | s), likewise
 
 
 def target_checks(key: Array, p: Problem, targets: Sequence[TargetSpec], num_samples: int) -> TargetCheck:
@@ -173,16 +175,19 @@ def target_checks(key: Array, p: Problem, targets: Sequence[TargetSpec], num_sam
             idx = draw(keys[t.source], cells.prob, num_samples)
             drawn[t.source, t.clip] = jax.tree_util.tree_map(lambda x: jnp.take_along_axis(x, idx, axis=-1), cells)
         sample = drawn[t.source, t.clip]
+        # one call of the (elementwise) target on the exact cells and the sample, joined
+        y, y_sample = evaluate_joined(t.fn, per_version if t.source == "stale" else replay, sample)
         if t.source == "stale":
-            means, vars_ = jax.vmap(lambda c: cell_moments(c, t.fn(c)))(per_version)
+            means, vars_ = jax.vmap(cell_moments)(per_version, y)
             claimed_all = jax.vmap(t.claimed)(per_claims)
             err = maxabs(means - claimed_all)
             mean, var, claimed = means[-1], vars_[-1], claimed_all[-1]
         else:
-            mean, var = cell_moments(replay, t.fn(replay))
+            mean, var = cell_moments(replay, y)
             claimed = t.claimed(replay_claims)
             err = maxabs(mean - claimed)
-        sample_mean = jnp.mean(t.fn(sample), axis=-1)
+            means, vars_ = (jnp.broadcast_to(x[None], (NUM_VERSIONS,) + x.shape) for x in (mean, var))
+        sample_mean = jnp.mean(y_sample, axis=-1)
         ok = var > 1e-20 * (1.0 + jnp.square(mean))
         safe_var = jnp.where(ok, var, 1.0)
         out["exact_error"].append(err)
@@ -190,6 +195,8 @@ def target_checks(key: Array, p: Problem, targets: Sequence[TargetSpec], num_sam
         out["valid"].append(ok)
         out["gap"].append(mean - claimed)
         out["ncp"].append(jnp.where(ok, num_samples * jnp.square(mean - claimed) / safe_var, 0.0))
+        out["mean"].append(means)
+        out["var"].append(vars_)
     return TargetCheck(**{f: jnp.stack(v) for f, v in out.items()})
 
 

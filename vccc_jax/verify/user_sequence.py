@@ -172,7 +172,7 @@ class _Enumerated(NamedTuple):
     at_claim: tuple      # every version at Vbar = V_claim: ([K, T, N] inputs, [K, N] prob)
     sample: tuple        # sampled from the stalest version at V_claim: inputs [T, S n]
     v_claim: Array       # [K, S]
-    atoms: Array         # [2, K, n_atoms, S] closed forms at (V_claim, arbitrary Vbar)
+    atoms: Array         # [K, n_atoms, S] closed forms at V_claim
     ref: Array           # [2, K, S] the claim's own operator
     fp_atoms: Array      # [n_fp, S] V_h - V_claim (stalest)
     sample_idx: Array    # [S, n]
@@ -186,8 +186,7 @@ def _claim_batches(key: Array, p: Problem, claim: Claim, T: int, n: int) -> _Enu
     seq, prob = jax.tree_util.tree_map(lambda x: x[-1], at_claim)
     idx = draw(key, prob.reshape(S, -1), n) + (jnp.arange(S) * (prob.size // S))[:, None]  # [S, n]
     sample = jax.tree_util.tree_map(lambda x: x[..., idx.ravel()] if x.ndim == 2 else x[idx.ravel()], seq)
-    atoms = jnp.stack([jax.vmap(lambda mu, v: _atoms(p, mu, v, T))(p.mus, v_claim),
-                       jax.vmap(lambda mu: _atoms(p, mu, p.vbar, T))(p.mus)])
+    atoms = jax.vmap(lambda mu, v: _atoms(p, mu, v, T))(p.mus, v_claim)
     c = jnp.asarray(claim.clip, p.vbar.dtype)
     ref = jnp.stack([jax.vmap(lambda mu, v: _claim_operator(p, mu, v, c, T))(p.mus, v_claim),
                      jax.vmap(lambda mu: _claim_operator(p, mu, p.vbar, c, T))(p.mus)])
@@ -212,6 +211,7 @@ def seq_checks(key: Array, p: Problem, users: tuple, T: int, num_samples: int) -
     seq, prob = jax.tree_util.tree_map(lambda x: x[-1], arbitrary)
     # the prefix-ratio closed form (a sequence-level ratio per token), arbitrary Vbar, stalest version
     ratios = [_prefix_ratio(seq, S, C, t) for t in range(T)]
+    atoms_arbitrary = jax.vmap(lambda mu: _atoms(p, mu, p.vbar, T))(p.mus)                  # [K, n, S]
     claims: dict = {}
     outs = []
     for u in users:
@@ -219,8 +219,14 @@ def seq_checks(key: Array, p: Problem, users: tuple, T: int, num_samples: int) -
             claims[u.claim] = _claim_batches(key, p, u.claim, T, num_samples)
         e = claims[u.claim]
 
-        def at_claim(seq_k, prob_k, v, mix):
-            vs, pg = u.target(seq_k)
+        # ONE evaluation of the target (with its gradient) on every batch it meets, joined
+        # along the trajectory axis (the contract's batch independence, checked in preflight).
+        pieces = [e.at_claim[0], arbitrary[0], fp_batches, jax.tree_util.tree_map(lambda x: x[None], e.sample)]
+        (vs_k, pg_k), grads = _evaluate(u, pieces)
+        vs_claim, vs_all, vs_fp, vs_s = vs_k
+        pg_claim = None if pg_k is None else pg_k[0]
+
+        def at_claim(vs, pg, prob_k, v, mix):
             errs = [maxabs(jnp.where(prefix_means(vs[t], prob_k, S, C, t)[1] > 0,
                                      prefix_means(vs[t], prob_k, S, C, t)[0] - v[prefix_states[t]], 0.0))
                     for t in range(T)]
@@ -232,8 +238,9 @@ def seq_checks(key: Array, p: Problem, users: tuple, T: int, num_samples: int) -
                 pg_err = maxabs(jnp.sum((prob_k * pg[0]).reshape(S, A, -1), -1) - claimed)
             return jnp.max(jnp.stack(errs)), pg_err, _moments0(vs[0], prob_k, S)
 
-        claim_err, pg_err, (mean_claim, var_claim) = jax.vmap(at_claim)(*e.at_claim, e.v_claim, mixes)
-        vs_all = jax.vmap(lambda q: u.target(q)[0])(arbitrary[0])                              # [K, T, N]
+        claim_err, pg_err, (mean_claim, var_claim) = jax.vmap(at_claim, in_axes=(0, None if pg_claim is None else 0,
+                                                                                0, 0, 0))(
+            vs_claim, pg_claim, e.at_claim[1], e.v_claim, mixes)
         vs = vs_all[-1]
         devs, dev_atoms = [], []
         spread = [jnp.zeros((), p.vbar.dtype)]
@@ -251,15 +258,15 @@ def seq_checks(key: Array, p: Problem, users: tuple, T: int, num_samples: int) -
             dev_atoms.append(jnp.where(pw > 0, (ratios[t] - rbar[ps]) * (t_pi - p.vbar)[ps], 0.0))
         mean_arb = jax.vmap(lambda v, q: _moments0(v[0], q, S)[0])(vs_all, arbitrary[1])
         var0 = _moments0(vs[0], prob, S)[1]
-        fixed, _ = solve_affine(jax.vmap(lambda q: _moments0(u.target(q)[0][0], prob, S)[0])(fp_batches))
-        vs_s, _ = u.target(e.sample)
-        z, valid, gap, ncp = _z_scores(jnp.mean(vs_s[0].reshape(S, -1), axis=-1), mean_claim[-1], var_claim[-1],
+        fixed, _ = solve_affine(jax.vmap(lambda x: _moments0(x[0], prob, S)[0])(vs_fp))
+        z, valid, gap, ncp = _z_scores(jnp.mean(vs_s[0, 0].reshape(S, -1), axis=-1), mean_claim[-1], var_claim[-1],
                                        e.v_claim[-1], num_samples)
         zero = jnp.zeros((1,), p.vbar.dtype)
         outs.append(SeqOut(
             claim_err=claim_err, markov=jnp.max(jnp.stack(spread)), fixed_err=maxabs(fixed - e.v_claim[-1]),
-            var0=var0, grads=_grads(u, seq), pg_err=pg_err, z=z[None], valid=valid[None], gap=gap[None],
-            ncp=ncp[None], means0=jnp.stack([mean_claim, mean_arb]), atoms0=e.atoms, ref0=e.ref,
+            var0=var0, grads=grads, pg_err=pg_err, z=z[None], valid=valid[None], gap=gap[None],
+            ncp=ncp[None], means0=jnp.stack([mean_claim, mean_arb]), atoms0=jnp.stack([e.atoms, atoms_arbitrary]),
+            ref0=e.ref,
             dev=jnp.concatenate(devs) if devs else zero, dev_atom=jnp.concatenate(dev_atoms) if dev_atoms else zero,
             fixed=fixed - e.v_claim[-1], fp_atoms=e.fp_atoms))
     return tuple(outs)
@@ -284,16 +291,33 @@ def _moments0(x: Array, prob: Array, S: int) -> tuple[Array, Array]:
     return mean, jnp.sum(w * jnp.square(x - mean[:, None]), -1)
 
 
-def _grads(u: UserSequence, seq: SequenceInputs) -> Array:
-    """max |d (sum cos(vs) + sum sin(pg)) / d field| per field of SEQ_FIELDS."""
-    fields = {f: getattr(seq, f) for f in SEQ_FIELDS}
+def _evaluate(u: UserSequence, pieces: list) -> tuple:
+    """The target on several batches of inputs [B_i, T, N_i] with one call, on their columns
+    joined into one [T, sum_i B_i N_i] batch; with the gradient of sum cos(vs) + sum sin(pg)
+    with respect to every input field. Returns ((vs pieces, pg pieces or None), max |grad|
+    per field of SEQ_FIELDS)."""
+    shapes = [x.log_rhos.shape for x in pieces]                                  # [B_i, T, N_i]
+
+    def join(xs):
+        return jnp.concatenate([jnp.moveaxis(x, 0, 1).reshape(x.shape[1], -1) if x.ndim == 3
+                                else x.reshape(-1) for x in xs], axis=-1)
+
+    fields = {f: join([getattr(x, f) for x in pieces]) for f in SEQ_FIELDS}
 
     def loss(x):
-        vs, pg = u.target(seq._replace(**x))
-        return jnp.sum(jnp.cos(vs)) + (0.0 if pg is None else jnp.sum(jnp.sin(pg)))
+        vs, pg = u.target(SequenceInputs(**x))
+        return jnp.sum(jnp.cos(vs)) + (0.0 if pg is None else jnp.sum(jnp.sin(pg))), (vs, pg)
 
-    g = jax.grad(loss)(fields)
-    return jnp.stack([maxabs(g[f]) for f in SEQ_FIELDS])
+    (_, (vs, pg)), g = jax.value_and_grad(loss, has_aux=True)(fields)
+
+    def split(y):
+        out, start = [], 0
+        for B, T, N in shapes:
+            out.append(jnp.moveaxis(y[:, start:start + B * N].reshape(T, B, N), 1, 0))
+            start += B * N
+        return out
+
+    return (split(vs), None if pg is None else split(pg)), jnp.stack([maxabs(g[f]) for f in SEQ_FIELDS])
 
 
 GRAPH = fast_jit(jax.vmap(seq_checks, in_axes=(0, 0, None, None, None)), static_argnums=(2, 3, 4))
