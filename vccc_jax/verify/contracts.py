@@ -410,12 +410,13 @@ def _check_outputs(what: str, out, shape) -> None:
 
 
 def _purity(what: str, f, args, sliced: Callable, slice_out: Callable, slice_problem: str):
-    """Two separate traces under jit (a Python side effect or a random number drawn while
-    tracing makes them differ), then the batch slice; returns the first output."""
+    """A second and a third trace in one jitted call -- on the same inputs (a Python side
+    effect or a random number drawn while tracing makes it differ from the first call's) and
+    on a slice of the batch (the contract's locality)."""
     out = _run(f"{what} under jax.jit", jax.jit(f), *args)
-    _compare(what, out, _run(f"{what} under jax.jit", jax.jit(lambda *a: f(*a)), *args),
-             "is not pure: two traces with the same inputs differ")
-    _compare(what, slice_out(out), _run(f"{what} under jax.jit", jax.jit(f), *sliced(args)), slice_problem)
+    again, part = _run(f"{what} under jax.jit", jax.jit(lambda *a: (f(*a), f(*sliced(a)))), *args)
+    _compare(what, out, again, "is not pure: two traces with the same inputs differ")
+    _compare(what, slice_out(out), part, slice_problem)
     return out
 
 

@@ -286,7 +286,7 @@ def user_reports(users: Sequence[UserOneStep], outs: list, groups, num_samples: 
         for i, src in enumerate(("stalest version", "replay mixture")):
             name = u.name if i == 0 else f"{u.name} (replay)"
             e = fixed_err[:, i]
-            rows.append(Row(f"{name}: fixed point = {u.claim.value_label}", "user", "exact", len(e),
+            rows.append(Row(f"{name}: fixed point = {u.claim.value_label}", "Eq 4-10", "exact", len(e),
                             float(np.max(e)), FIXED_TOL, bool(np.all(e <= FIXED_TOL)),
                             diagnose.failing_mdps(e, FIXED_TOL, names) or "of the expected TD update"))
         ok_var = bool(np.all(np.isfinite(var)))
