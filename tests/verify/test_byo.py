@@ -52,7 +52,7 @@ LIBRARY = (
     (E.policy_loss, "vpi", {}, True, None),
     (E.policy_loss, "clipped:2", {"kind": "truncate"}, True, None),
 )
-EXAMPLES = (("corrected_target", "vpi", True), ("clipped_with_baseline", "clipped:2", False))
+EXAMPLES = (("corrected_target", "vpi", True),)
 
 
 @pytest.fixture(scope="module")
@@ -149,27 +149,26 @@ def test_claim_any_names_the_closed_form(reports):
 
 
 def test_example_module_through_the_cli(reports, monkeypatch, tmp_path, capsys):
-    """examples/my_estimators.py: the correct target passes, the clipped one fails with the
-    naive-baseline diagnosis, through ``vccc verify --target`` (exit 1, JSON report)."""
+    """examples/my_estimators.py through ``vccc verify --target`` on the quick verify groups
+    (two problem shapes): the clipped target fails with the naive-baseline diagnosis (exit 1,
+    JSON report); the correct one passes (in the fixture, same machinery)."""
     assert reports[2][0].passed, reports[2][0].format()
-    assert not reports[2][1].passed
-    monkeypatch.setattr(U, "default_groups", lambda num_mdps, quick: (GROUP,))
     monkeypatch.chdir(ROOT)
     path = tmp_path / "report.json"
     from vccc_jax import cli
 
     status = cli.main(["verify", "--target", f"{EXAMPLE}:clipped_with_baseline", "--claim", "clipped:2", "--quick",
-                       "--samples", str(SAMPLES), "--json", str(path)])
+                       "--num-mdps", "4", "--samples", str(SAMPLES), "--json", str(path)])
     out = capsys.readouterr().out
     assert status == 1, out
     assert "naive-baseline leak (1 - Z) b" in out and "FAIL" in out and "DIAGNOSIS" in out
     doc = json.loads(path.read_text())
     assert doc["all_passed"] is False and doc["kind"] == "one-step" and doc["claim"] == "clipped:2"
     assert any("naive-baseline" in d for d in doc["diagnosis"])
-    by_name = {r["name"]: r for r in doc["rows"]}
-    # The same numbers as the in-process check of the same function on the same problems.
-    for r in reports[2][1].rows:
-        assert by_name[r.name]["error"] == pytest.approx(r.error, rel=1e-12, abs=0), r.name
+    rows = {r["name"]: r for r in doc["rows"]}
+    mean = rows["clipped_with_baseline: E[Y|s] = Vbar + Z (T_pit Vbar - Vbar)"]
+    assert mean["mdps"] == 4 and not mean["passed"] and mean["error"] > 1e-3
+    assert "episodic4x2#" in mean["detail"] or "garnet6x3#" in mean["detail"]
 
 
 def _bad(*args, **kw):  # noqa: ARG001

@@ -58,6 +58,18 @@ class TargetError(ValueError):
     """
 
 
+def in_graph(what: str, graph, *args):
+    """``graph(*args)`` (a verify graph that traces the targets ``what``); an exception raised
+    while tracing, compiling or running it -- a target that passed :func:`preflight` but fails
+    on the verify problems' shapes -- becomes one :class:`TargetError` line."""
+    try:
+        return graph(*args)
+    except TargetError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- the targets' error, as one line
+        raise TargetError(f"{what} failed inside the verify graph: {_one_line(e)}") from e
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -100,7 +100,7 @@ class Target:
         fn = load_target(self.fn) if isinstance(self.fn, str) else self.fn
         kind = self.kind or infer_kind(fn)
         claim = self.claim if isinstance(self.claim, Claim) else parse_claim(self.claim)
-        kwargs = tuple(sorted(dict(self.kwargs).items()))
+        kwargs = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in dict(self.kwargs).items()))
         name = self.name or getattr(fn, "__name__", None) or getattr(fn, "name", "target")
         return name, kind, claim, wrap(fn, kind, claim, kwargs)
 
@@ -150,8 +150,9 @@ def _run_kind(kind: str, items: list, groups, keys, num_samples: int):
         outs = []
         for g, (kp, ks) in zip(groups, keys):
             p = make_problems_jit(kp, g)
-            outs.append(jax.tree_util.tree_map(np.asarray, user_one_step.GRAPH(
-                jax.random.split(ks, g.num_mdps), p, users, num_samples)))
+            out = contracts.in_graph(", ".join(u.name for u in users), user_one_step.GRAPH,
+                                     jax.random.split(ks, g.num_mdps), p, users, num_samples)
+            outs.append(jax.tree_util.tree_map(np.asarray, out))
         return user_one_step.user_reports(users, outs, groups, num_samples)
     if kind == "sequence":
         from vccc_jax.verify import user_sequence
@@ -180,4 +181,4 @@ def check(target, *, kind: Optional[str] = None, claim: Union[str, Claim] = "vpi
                      num_samples=num_samples, groups=groups)[0]
 
 
-__all__ = ["Report", "Target", "TargetError", "check", "check_all", "contracts"]
+__all__ = ["Report", "Target", "TargetError", "check", "check_all"]

@@ -40,7 +40,7 @@ from vccc_jax.tabular.policies import log_probs
 from vccc_jax.verify import diagnose
 from vccc_jax.verify.cells import draw
 from vccc_jax.verify.compile import fast_jit
-from vccc_jax.verify.contracts import ActorTarget, Claim
+from vccc_jax.verify.contracts import ActorTarget, Claim, in_graph
 from vccc_jax.verify.problems import TEMPERATURE, Problem
 from vccc_jax.verify.report import Row
 from vccc_jax.verify.targets import MAX_STATES_PADDED, TargetSpec, sampled_rows
@@ -194,7 +194,8 @@ def run(items: list, groups, keys, num_samples: int) -> list[tuple[list[Row], li
     for g, (kp, ks) in zip(groups, keys):
         p = make_problems_jit(kp, g)
         k = jax.random.split(jax.random.fold_in(ks, 2), g.num_mdps)
-        outs.append(jax.tree_util.tree_map(np.asarray, GRAPH(k, p, users, num_samples)))
+        out = in_graph(", ".join(u.name for u in users), GRAPH, k, p, users, num_samples)
+        outs.append(jax.tree_util.tree_map(np.asarray, out))
     names = diagnose.mdp_names(groups)
     return [_report(u, [o[j] for o in outs], names, num_samples) for j, u in enumerate(users)]
 

@@ -125,7 +125,35 @@ def solve_affine(values: Array) -> tuple[Array, Array]:
     scale = jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True)[..., 0] + jnp.max(jnp.abs(c), -1, keepdims=True) + 1.0
     ok = jnp.max(jnp.abs(A), axis=-1) > 1e-12 * scale
     A = jnp.where(ok[..., None], A, eye)
-    return jnp.linalg.solve(A, jnp.where(ok, c, 0.0)[..., None])[..., 0], ok
+    rhs = jnp.where(ok, c, 0.0)
+    batch = A.shape[:-2]
+    x = jax.vmap(solve_pivoted)(A.reshape((-1, S, S)), rhs.reshape((-1, S)))
+    return x.reshape(batch + (S,)), ok
+
+
+def solve_pivoted(a: Array, b: Array) -> Array:
+    """a x = b by Gaussian elimination with partial pivoting, in XLA ops (a [n, n], b [n]).
+
+    Not ``jnp.linalg.solve``: jaxlib 0.10's CPU LU can deadlock when two LU calls run
+    concurrently (two independent solves in one graph; see ``tabular.linear``), and not the
+    pivot-free ``solve_dominant``: a user's I - M need not be diagonally dominant."""
+    n = a.shape[-1]
+    idx = jnp.arange(n)
+
+    def forward(k, m):
+        piv = jnp.argmax(jnp.where(idx >= k, jnp.abs(m[:, k]), -1.0))
+        rk, rp = m[k], m[piv]
+        m = m.at[k].set(rp).at[piv].set(rk)
+        f = jnp.where(idx > k, m[:, k] / m[k, k], 0.0)
+        return m - f[:, None] * m[k][None, :]
+
+    m = jax.lax.fori_loop(0, n, forward, jnp.concatenate([a, b[:, None]], axis=1))
+
+    def backward(i, x):
+        k = n - 1 - i
+        return x.at[k].set((m[k, n] - jnp.dot(m[k, :n], x)) / m[k, k])
+
+    return jax.lax.fori_loop(0, n, backward, jnp.zeros_like(b))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,10 +287,6 @@ GRAPH = fast_jit(jax.vmap(problem_checks, in_axes=(0, 0, None, None)), static_ar
 
 
 # ------------------------------------------------------------------------------ rows
-
-
-def _cat(outs, get) -> np.ndarray:
-    return np.concatenate([np.asarray(get(o)).reshape(np.asarray(get(o)).shape[0], -1) for o in outs])
 
 
 def user_reports(users: Sequence[UserOneStep], outs: list, groups, num_samples: int) -> list[tuple[list[Row], list[str]]]:

@@ -45,7 +45,7 @@ from vccc_jax.verify import diagnose
 from vccc_jax.verify.cells import draw
 from vccc_jax.verify.claimed import behaviour_mass, claimed_value, normalised
 from vccc_jax.verify.compile import fast_jit
-from vccc_jax.verify.contracts import Claim, SequenceTarget
+from vccc_jax.verify.contracts import Claim, SequenceTarget, in_graph
 from vccc_jax.verify.problems import EXACT_TOL, NUM_VERSIONS, GroupSpec, Problem, maxabs
 from vccc_jax.verify.report import Row
 from vccc_jax.verify.targets import TargetSpec, sampled_rows
@@ -337,7 +337,8 @@ def run(items: list, groups, keys, num_samples: int) -> list[tuple[list[Row], li
         p = make_problems_jit(kp, g)
         p = jax.tree_util.tree_map(lambda x: x[:gs.num_mdps], p)
         k = jax.random.split(jax.random.fold_in(ks, 1), gs.num_mdps)
-        outs.append(jax.tree_util.tree_map(np.asarray, GRAPH(k, p, users, horizon(g), num_samples)))
+        out = in_graph(", ".join(u.name for u in users), GRAPH, k, p, users, horizon(g), num_samples)
+        outs.append(jax.tree_util.tree_map(np.asarray, out))
     names = diagnose.mdp_names(groups_s)
     horizons = ", ".join(f"T={horizon(g)} on {g.kind}{g.num_states}x{g.num_actions}" for g in groups)
     return [_report(u, [o[j] for o in outs], names, horizons, num_samples) for j, u in enumerate(users)]
@@ -368,7 +369,7 @@ def _report(u: UserSequence, outs: list[SeqOut], names, horizons: str, num_sampl
         rows.append(Row(f"{u.name}: mu E[pg_0 | s, a; {vl}] = m (Q - V)", "Eq 11", "exact", len(pg),
                         float(np.max(pg)), EXACT_TOL, bool(np.all(pg <= EXACT_TOL)),
                         diagnose.failing_mdps(pg, EXACT_TOL, names) or f"m = {kind}; every version"))
-    var = _cat(outs, "var0")
+    var = np.concatenate([np.max(np.asarray(o.var0), axis=-1) for o in outs])
     rows.append(Row(f"{u.name}: Var(vs_0|s_0) finite", "user", "exact", len(var), float(np.max(var)), np.inf,
                     bool(np.all(np.isfinite(var))), f"median {np.median(var):.3g}"))
     g = np.max(_cat(outs, "grads"), axis=0)
