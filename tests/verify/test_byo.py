@@ -34,23 +34,23 @@ spec = importlib.util.spec_from_file_location("wrong_estimators", GALLERY_PATH)
 wrong = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(wrong)
 
-CT = E.CRITIC_TARGETS
 NO_CLIP = dict(clip_rho_threshold=None, clip_c_threshold=None, clip_pg_rho_threshold=None)
-# (target, claim, kwargs, passes, diagnosis fragment when it must fail)
+LIB, CT = "vccc_jax.estimators:", "vccc_jax.estimators:CRITIC_TARGETS."
+# (--target, claim, kwargs, passes, diagnosis fragment when it must fail)
 LIBRARY = (
-    (E.vccc_target, "vpi", {}, True, None),
-    (E.clipped_target, "clipped:2", {}, True, None),
-    (E.clipped_target, "masked:2", {"kind": "mask"}, True, None),
-    (E.centered_clipped_target, "clipped:2", {}, True, None),
-    (E.uncorrected_target, "vpi", {}, False, "the uncorrected target"),
-    (E.naive_clipped_target, "clipped:2", {}, False, "naive-baseline leak (1 - Z) b"),
-    (CT["vccc"], "vpi", {}, True, None),
-    (CT["vccc_bstar"], "vpi", {}, True, None),
-    (CT["masked"], "masked:2", {}, True, None),
-    (E.vtrace, "clipped:1", {}, True, None),   # the library defaults: rho_bar = c_bar = pg_rho_bar = 1
-    (E.vtrace_associative, "vpi", dict(NO_CLIP, lambda_=0.9), True, None),
-    (E.policy_loss, "vpi", {}, True, None),
-    (E.policy_loss, "clipped:2", {"kind": "truncate"}, True, None),
+    (LIB + "vccc_target", "vpi", {}, True, None),
+    (LIB + "clipped_target", "clipped:2", {}, True, None),
+    (LIB + "clipped_target", "masked:2", {"kind": "mask"}, True, None),
+    (LIB + "centered_clipped_target", "clipped:2", {}, True, None),
+    (LIB + "uncorrected_target", "vpi", {}, False, "the uncorrected target"),
+    (LIB + "naive_clipped_target", "clipped:2", {}, False, "naive-baseline leak (1 - Z) b"),
+    (CT + "vccc", "vpi", {}, True, None),
+    (CT + "vccc_bstar", "vpi", {}, True, None),
+    (CT + "masked", "masked:2", {}, True, None),
+    (LIB + "vtrace", "clipped:1", {}, True, None),   # the library defaults: rho_bar = c_bar = pg_rho_bar = 1
+    (LIB + "vtrace_associative", "vpi", dict(NO_CLIP, lambda_=0.9), True, None),
+    (LIB + "policy_loss", "vpi", {}, True, None),
+    (LIB + "policy_loss", "clipped:2", {"kind": "truncate"}, True, None),
 )
 EXAMPLES = (("corrected_target", "vpi", True),)
 
@@ -96,7 +96,7 @@ def test_gallery_covers_every_kind_and_bug_class(reports):
     assert {r.kind for r in reports[0]} == {"one-step", "sequence", "actor"}
 
 
-@pytest.mark.parametrize("i", range(len(LIBRARY)))
+@pytest.mark.parametrize("i", range(len(LIBRARY)), ids=[f"{t[0].split(':')[1]}-{t[1]}" for t in LIBRARY])
 def test_library_estimators_through_the_user_entry_point(reports, i):
     fn, claim, kw, passes, diagnosis = LIBRARY[i]
     report = reports[1][i]

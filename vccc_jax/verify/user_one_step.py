@@ -365,12 +365,23 @@ def _diagnosis(u: UserOneStep, ex_: list, labels: list[str], carrying: list[str]
             user_fp = np.concatenate([np.asarray(e.fixed).ravel() for e in ex_])
             dist = float(np.max(np.abs(np.concatenate([(np.asarray(e.fixed) - np.asarray(e.fixed_claim)).ravel()
                                                        for e in ex_]))))
-            lines.append(f"fixed point: max |V* - {u.claim.value_label}| = {dist:.3g}; V* = the fixed point of that "
-                         f"family to {float(np.max(np.abs(fp - user_fp))):.1e}")
+            lines.append(f"fixed point: max |V* - {u.claim.value_label}| = {dist:.3g}; V* = {_fixed_text(m.label)} "
+                         f"(to {float(np.max(np.abs(fp - user_fp))):.1e})")
     if carrying:
         lines.append("the target is not a constant: gradient flows into " + ", ".join(carrying)
                      + " (wrap it in jax.lax.stop_gradient; DESIGN.md §3)")
     return lines
+
+
+def _fixed_text(label: str) -> str:
+    """What the fixed point of the matched family is, in words."""
+    if label.startswith("the uncorrected"):
+        return "V^mu, the behaviour's value (over the replay: V^mubar, the replay mixture's value)"
+    if label.startswith(("clipping", "masking")):
+        return "V^pitilde at that c"
+    if label.startswith("the naive-baseline"):
+        return "the naive fixed point, (I - Z P_pitilde) V = Z r_pitilde + (1 - Z) b: b leaks in"
+    return "that family's fixed point"
 
 
 def _as_any(rows: list[Row], u: UserOneStep, diagnosis: list[str]) -> list[Row]:
