@@ -421,15 +421,14 @@ def _check_outputs(what: str, out, shape) -> None:
             raise TargetError(f"{what} returned non-finite values on finite inputs")
 
 
-def _purity(what: str, f, args, sliced: Callable, slice_out: Callable, slice_problem: str):
-    """A second and a third trace in one jitted call -- on the same inputs (a Python side
-    effect or a random number drawn while tracing makes it differ from the first call's) and
-    on a slice of the batch (the contract's locality)."""
-    out = _run(f"{what} under jax.jit", jax.jit(f), *args)
-    again, part = _run(f"{what} under jax.jit", jax.jit(lambda *a: (f(*a), f(*sliced(a)))), *args)
-    _compare(what, out, again, "is not pure: two traces with the same inputs differ")
-    _compare(what, slice_out(out), part, slice_problem)
-    return out
+def _traced(what: str, f, args, sliced: Callable, slice_out: Callable, slice_problem: str):
+    """Three traces of ``f`` in one jitted call: on the inputs twice (a Python side effect or
+    a random number drawn while tracing makes the two differ: not pure) and on a slice of the
+    batch (the contract's locality). Returns (the first output, the comparison to run once
+    the caller has checked that output's shape)."""
+    out, again, part = _run(f"{what} under jax.jit", jax.jit(lambda *a: (f(*a), f(*a), f(*sliced(a)))), *args)
+    return out, lambda: (_compare(what, out, again, "is not pure: two traces with the same inputs differ"),
+                         _compare(what, slice_out(out), part, slice_problem))
 
 
 def preflight(target) -> None:
@@ -458,10 +457,10 @@ def _preflight_one_step(target: OneStepTarget) -> None:
                            TargetExtras(baseline=b if target.baseline else None, z=z, b_star=bs))
 
     args = (r, d, v, nv, lr, b, z, bs)
-    out = _run(f"{what} under jax.jit", jax.jit(f), *args)
+    out, compare = _traced(what, f, args, lambda a: [x[1:4, :2] for x in a], lambda y: y[1:4, :2],
+                           "is not elementwise: Y at a transition depends on other transitions (one-step contract)")
     _check_outputs(what, out, shape)
-    _purity(what, f, args, lambda a: [x[1:4, :2] for x in a], lambda y: y[1:4, :2],
-            "is not elementwise: Y at a transition depends on other transitions (one-step contract)")
+    compare()
 
 
 def _preflight_sequence(target: SequenceTarget) -> None:
@@ -474,10 +473,11 @@ def _preflight_sequence(target: SequenceTarget) -> None:
         return vs if pg is None else (vs, pg)
 
     args = (lr, d, r, v, boot[0])
-    out = _run(f"{what} under jax.jit", jax.jit(f), *args)
+    out, compare = _traced(what, f, args, lambda a: [x[..., :2] for x in a],
+                           lambda y: jax.tree_util.tree_map(lambda x: x[:, :2], y),
+                           "mixes trajectories: the targets of one trajectory depend on another (batch axis)")
     _check_outputs(what, out, (T, B))
-    _purity(what, f, args, lambda a: [x[..., :2] for x in a], lambda y: jax.tree_util.tree_map(lambda x: x[:, :2], y),
-            "mixes trajectories: the targets of one trajectory depend on another (batch axis)")
+    compare()
 
 
 def _preflight_actor(target: ActorTarget) -> None:
@@ -496,8 +496,8 @@ def _preflight_actor(target: ActorTarget) -> None:
     if loss.shape != () or not np.issubdtype(loss.dtype, np.floating):
         raise TargetError(f"{what} returned shape {loss.shape}: an actor loss is a scalar (the mean over tokens)")
     args = (log_pi, log_mu, adv, cen)
-    out = _run(f"jax.grad of {what} under jax.jit", jax.jit(per_token_grads), *args)
+    out, compare = _traced(f"jax.grad of {what}", per_token_grads, args,
+                           lambda a: [None if x is None else x[:3] for x in a], lambda y: y[:3],
+                           "is not a per-token mean: a token's gradient depends on the other tokens")
     _check_outputs(what, out, (n,))
-    _purity(f"jax.grad of {what}", per_token_grads, args,
-            lambda a: [None if x is None else x[:3] for x in a], lambda y: y[:3],
-            "is not a per-token mean: a token's gradient depends on the other tokens")
+    compare()
