@@ -351,7 +351,10 @@ class ActorTarget:
                              centering=centering)
             return self.fn(**_library_kwargs(self.fn, available, self.kwargs, "actor loss"))
         available = dict(log_rhos=sg(log_pi) - log_mu, advantages=sg(advantages), clip=self.clip)
-        w = self.fn(**_library_kwargs(self.fn, available, self.kwargs, "actor weight"))
+        kw = _library_kwargs(self.fn, available, self.kwargs, "actor weight")
+        if "clip" in getattr(self.fn, "param_names", ()) and "clip" not in kw:
+            kw["clip"] = self.clip  # a row of the actor table (``weight(..., **params)``) with a clip
+        w = self.fn(**kw)
         w = jnp.broadcast_to(jnp.asarray(w), log_pi.shape) if jnp.ndim(w) == 0 else w
         if jnp.shape(w) != jnp.shape(log_pi):
             raise TargetError(f"actor weight {_name(self.fn)} returned shape {jnp.shape(w)} for log_rhos of "
