@@ -48,9 +48,11 @@ def manager(directory: str | os.PathLike, *, keep: Optional[int] = 3, every: int
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
     # the schedule is ours (orbax's interval also saves the first step it is offered)
+    # cleanup_tmp_directories: a process killed during a save leaves its uncommitted
+    # ``<step>.orbax-checkpoint-tmp-*`` directory; the next manager removes it
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, save_interval_steps=1, enable_async_checkpointing=async_save,
-        create=True)
+        create=True, cleanup_tmp_directories=True)
     mngr = ocp.CheckpointManager(Path(directory).absolute(), options=options, item_names=ITEMS)
     mngr.vccc_every = int(every)
     return mngr

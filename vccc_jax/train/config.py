@@ -9,13 +9,12 @@ optional score centering (Eq 13), and the ground-truth evaluation.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Optional
 
-from vccc_jax.envs import lag as lag_lib
-from vccc_jax.envs import samplers
-from vccc_jax.estimators import importance
-from vccc_jax.estimators.related.brace import TAIL_ANCHORS
-from vccc_jax.estimators.related.decoupled import ROUTES
+# The validators below import JAX; they are imported where used so that this module (the
+# fields, their types, ``from_dict``'s checks) is pure Python: ``vccc train`` reports bad
+# input before importing JAX (issue 23).
 
 ACTOR_KINDS = ("ratio", "truncate", "mask")
 ADVANTAGES = ("gae", "target")
@@ -100,6 +99,9 @@ class TrainConfig:
             if not cond:
                 raise ValueError(msg)
 
+        from vccc_jax.envs import lag as lag_lib
+        from vccc_jax.estimators import importance
+
         need(self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}")
         need(self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}")
         need(self.update_epochs >= 1, f"update_epochs must be >= 1, got {self.update_epochs}")
@@ -170,6 +172,8 @@ class TrainConfig:
 
     @property
     def resolved_num_versions(self) -> int:
+        from vccc_jax.envs import lag as lag_lib
+
         if self.num_versions is not None:
             return int(self.num_versions)
         return lag_lib.LagLaw.parse(self.lag).default_num_versions()
@@ -180,13 +184,18 @@ class TrainConfig:
         temperature / top_k sampling through ``rollout.sampling_log_probs`` (old numbers)."""
         if not self.sampler:
             return None
+        from vccc_jax.envs import samplers
+
         try:
             return samplers.SamplerSpec.parse(self.sampler)
         except ValueError as err:
             raise ValueError(f"sampler {self.sampler!r}: {err}") from None
 
     @property
-    def lag_law(self) -> lag_lib.LagLaw:
+    def lag_law(self):
+        """The lag law (``envs.lag.LagLaw``) of ``lag``."""
+        from vccc_jax.envs import lag as lag_lib
+
         return lag_lib.LagLaw.parse(self.lag)
 
     @property
@@ -217,7 +226,32 @@ class TrainConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown TrainConfig fields: {unknown}")
+        check_field_types(d)
         return cls(**d)
+
+
+def check_field_types(d: dict) -> None:
+    """TypeError naming the first field of ``d`` whose value has the wrong type for
+    :class:`TrainConfig` (an int is a valid float; None only for Optional fields; unknown
+    names are left to ``from_dict``). Pure Python: commands check input before JAX loads."""
+    hints = typing.get_type_hints(TrainConfig)
+    for name, value in d.items():
+        if name not in hints:
+            continue
+        want = hints[name]
+        args = typing.get_args(want)
+        if type(None) in args:
+            if value is None:
+                continue
+            want = next(a for a in args if a is not type(None))
+        ok = (isinstance(value, bool) if want is bool else
+              isinstance(value, want) and not isinstance(value, bool) if want is int else
+              isinstance(value, (int, float)) and not isinstance(value, bool)
+              if want is float else isinstance(value, want))
+        if not ok:
+            raise TypeError(f"{name} must be {'an' if want is int else 'a'} "
+                            f"{want.__name__}{' or None' if len(args) else ''}, got {value!r} "
+                            f"({type(value).__name__})")
 
 
 def parse_actor(spec: str) -> tuple[str, bool]:
@@ -235,6 +269,9 @@ def parse_actor(spec: str) -> tuple[str, bool]:
 
 def check_comparators(cfg: "TrainConfig") -> None:
     """ValueError naming the field for a bad comparator field of ``cfg`` (issue 13)."""
+    from vccc_jax.estimators.related.brace import TAIL_ANCHORS
+    from vccc_jax.estimators.related.decoupled import ROUTES
+
     if isinstance(cfg.brace_n, bool) or not isinstance(cfg.brace_n, int) or cfg.brace_n < 0:
         raise ValueError(f"brace_n must be an int >= 0, got {cfg.brace_n!r}")
     if cfg.brace_tail_anchor not in TAIL_ANCHORS:
