@@ -126,35 +126,41 @@ def _same(out: Path, ref, step: int) -> None:
 
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory):
-    """The uninterrupted run (every checkpoint kept), its loop time and a restore template;
-    it fills the compilation cache the later processes load."""
+    """The uninterrupted run (every checkpoint kept), its time per update and a restore
+    template; it fills the compilation cache the later processes load."""
     from vccc_jax.train import sharding as sh
     from vccc_jax.train.config import TrainConfig
     from vccc_jax.train.trainer import Trainer
 
     tmp = tmp_path_factory.mktemp("kill")
     cache, out = tmp / "xla_cache", tmp / "ref"
-    t0 = time.time_ns()
     proc = _start(out, ["--keep", "1000"], cache)
-    assert _wait(lambda: (out / "config.json").exists(), proc)
-    t_loop = time.time()
+    commits = {}  # update -> when its checkpoint appeared
+
+    def seen():
+        commits.update({s: commits.get(s, time.time()) for s in checkpoint_steps(out)})
+        return len(commits) == TOTAL
+
+    _wait(seen, proc)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    assert (out / "config.json").stat().st_mtime_ns >= t0
     assert checkpoint_steps(out) == list(range(1, TOTAL + 1))
     cfg = TrainConfig.from_dict(json.loads((out / "config.json").read_text())["config"])
     template = sh.ShardedTrainer(Trainer(cfg), sh.make_mesh((1, 1))).abstract_state
-    return {"out": out, "cache": cache, "loop_seconds": time.time() - t_loop,
+    gaps = np.diff([commits[s] for s in range(1, TOTAL + 1)])  # after the compile
+    return {"out": out, "cache": cache, "update_seconds": float(np.median(gaps)),
             "template": template}
 
 
 def _kill_once(out: Path, ref, mode: str, rng: random.Random, delay: float) -> bool:
     """Start ``vccc train`` on ``out`` (--resume if it has a checkpoint, --overwrite if it
     holds a run without one) and SIGKILL it: during a save (``mode="save"``: as soon as an
-    uncommitted orbax directory appears) or at a uniform time in the training loop. Checks
-    that no committed checkpoint was lost and that the latest equals the reference's.
+    uncommitted orbax directory appears) or at a random time (``"random"``: in the chunk of
+    a uniformly drawn update still to do, a uniform time after the previous one committed).
+    Checks that no committed checkpoint was lost and that the latest equals the reference's.
     Returns False if the run finished before the kill."""
     before = checkpoint_steps(out)
+    done = before[-1] if before else 0
     extra = (["--resume"] if before else
              ["--overwrite"] if out.exists() and any(out.iterdir()) else [])
     t0 = time.time_ns()
@@ -167,7 +173,10 @@ def _kill_once(out: Path, ref, mode: str, rng: random.Random, delay: float) -> b
                 _wait(lambda: any("tmp" in p.name for p in (out / "checkpoint").iterdir()),
                       proc, poll=0.002)
             else:
-                time.sleep(rng.uniform(0.0, ref["loop_seconds"]))
+                target = rng.randint(done + 1, TOTAL)  # kill inside this update's chunk
+                if target - 1 > done:
+                    _wait(lambda: any(s >= target - 1 for s in checkpoint_steps(out)), proc)
+                time.sleep(rng.uniform(0.0, ref["update_seconds"]))
         if proc.poll() is not None:
             assert proc.returncode == 0, proc.stderr.read()
             return False
