@@ -195,10 +195,11 @@ def _chunk_size(num_updates: int, requested: int, checkpoint_every: int) -> int:
     return max(1, min(size, num_updates))
 
 
-def checkpoint_meta(cfg: TrainConfig, update: int, rows: list[dict]) -> dict:
+def checkpoint_meta(cfg: TrainConfig, update: int, rows: list[dict], chunk: int) -> dict:
     """What a checkpoint's meta holds: the config (resume refuses another one), the number
-    of updates done, and the metric rows so far (so a resumed table is exact)."""
-    return {"config": cfg.to_dict(), "update": int(update), "rows": rows}
+    of updates done, the metric rows so far (so a resumed table is exact) and the updates
+    per jitted call (a resumed run keeps them: the same compiled programs, bit for bit)."""
+    return {"config": cfg.to_dict(), "update": int(update), "rows": rows, "chunk": int(chunk)}
 
 
 def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: int = 0,
@@ -214,7 +215,7 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     at the end of the chunk (jitted call, :func:`_chunk_size`) that completes a multiple of
     ``checkpoint_every`` updates, or the first chunk ending ``checkpoint_seconds`` after the
     last save, and at the end. ``resume`` continues from the latest checkpoint bit for bit
-    (state and metric rows, which travel in the checkpoint meta); without it the checkpoint
+    (state, metric rows and chunk size travel in the checkpoint meta); without it the checkpoint
     directory must hold no step. ``stop()`` is asked after every chunk: True checkpoints the
     state there and raises :class:`Interrupted`. Every exit (the end, an exception, Ctrl-C)
     first waits for pending saves, so a returned or raised run leaves no save half done.
@@ -268,6 +269,7 @@ def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoin
     if start is not None and not resume:
         raise ValueError(f"{out / 'checkpoint'} already holds checkpoints (latest: update "
                          f"{start}): resume the run or use a new directory")
+    size = _chunk_size(total, chunk, checkpoint_every)
     if start is None:
         start, state = 0, _strong(st.init())
     else:
@@ -275,6 +277,7 @@ def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoin
         if meta.get("config") != cfg.to_dict():
             raise ValueError(f"--resume: {out / 'checkpoint'} was written by a different config")
         rows = list(meta["rows"])
+        size = int(meta.get("chunk", size))
     if main:
         record = {"config": cfg.to_dict(), "num_updates": total,
                   "num_versions": trainer.num_versions,
@@ -289,7 +292,6 @@ def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoin
                 dict(record["provenance"], update=start)]
             record["provenance"] = old.get("provenance", record["provenance"])
         (out / "config.json").write_text(json.dumps(record, indent=1))
-    size = _chunk_size(total, chunk, checkpoint_every)
     progress = None
     if not quiet and main:
         from vccc_jax.runs.progress import Progress
@@ -314,7 +316,7 @@ def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoin
         timed, stopping = agree([timed, stopping])
         if (update == total or timed or stopping
                 or (checkpoint_every > 0 and update % checkpoint_every == 0)):
-            ck.save(mngr, update, state, checkpoint_meta(cfg, update, rows), force=True)
+            ck.save(mngr, update, state, checkpoint_meta(cfg, update, rows, size), force=True)
             last_save = time.time()
             if main:
                 write_csv(rows, out / "metrics.csv")
