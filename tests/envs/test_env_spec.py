@@ -23,7 +23,7 @@ def test_token_spec_parses_aliases_types_and_names_bad_keys():
         spec.parse_token_spec("token:V=4,X=1")
     with pytest.raises(ValueError, match="eos='maybe' is not a bool"):
         spec.parse_token_spec("token:eos=maybe")
-    with pytest.raises(ValueError, match="must look like key=value"):
+    with pytest.raises(ValueError, match="must look like name=value"):
         spec.parse_token_spec("token:V")
     assert spec.env_gamma("token:V=4") == 1.0 and spec.env_gamma("tabular:S=3") == 0.9
     assert spec.env_gamma("CartPole-v1") is None

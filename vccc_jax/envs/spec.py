@@ -47,7 +47,7 @@ def _items(name: str, prefix: str):
     for item in filter(None, (s.strip() for s in text.split(","))):
         key, eq, value = (x.strip() for x in item.partition("="))
         if not eq:
-            raise ValueError(f"env {name!r}: item {item!r} must look like key=value")
+            raise ValueError(f"env {name!r}: item {item!r} must look like name=value")
         yield key, value
 
 

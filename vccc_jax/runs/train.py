@@ -346,12 +346,14 @@ def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoin
 
 
 def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = False,
-             on_cell=None, mesh=None, fsdp: bool = False,
+             on_cell=None, mesh=None, fsdp: bool = False, checkpoint_every: int = 0,
              checkpoint_seconds: float = 0.0,
              stop: Optional[Callable[[], bool]] = None) -> list[dict]:
     """Run every cell (see :func:`cells`) into the resumable store ``<out>/<name>.jsonl``
     (written by process 0; :mod:`runs.distributed`); ``on_cell(i, n, cfg)`` is called
-    before a cell is computed. Returns ``[{"config", "summary"}]`` in cell order."""
+    before a cell is computed. A cell checkpoints as :func:`run_one` does into its own
+    directory ``<out>/<name>/<cell id>/`` and a rerun resumes a cell left half done.
+    Returns ``[{"config", "summary"}]`` in cell order."""
     store_path = out / f"{name}.jsonl"
     results = []
     with open_store(store_path) as store:
@@ -368,8 +370,8 @@ def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = Fa
             # a cell directory holds only this cell (its id is the config's hash): resume
             # a cell a killed run left half done
             summary, _ = run_one(cfg, out / name / cid, quiet=quiet, mesh=mesh, fsdp=fsdp,
-                                 resume=True, checkpoint_seconds=checkpoint_seconds,
-                                 stop=stop)
+                                 resume=True, checkpoint_every=checkpoint_every,
+                                 checkpoint_seconds=checkpoint_seconds, stop=stop)
             store.append({"id": cid, "cell": cell, "metrics": summary,
                           "meta": {"seconds": time.time() - t0, **provenance()}})
             results.append({"config": cell, "summary": summary})
