@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from vccc_jax.commands.common import Parser, guarded
+from vccc_jax.commands.shards import add_shard_flags, scaled
 
 EXIT_INTERRUPTED = 130
 # Wall time between periodic checkpoints by default: a SIGKILL (OOM, preemption) loses at
@@ -100,7 +101,9 @@ def _field_type(default: Any):
 def add_distributed_flags(p) -> None:
     """--coordinator / --num-processes / --process-id (shared with ``vccc sweep``)."""
     p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                   help="jax.distributed coordinator (multi-host; env VCCC_COORDINATOR)")
+                   help="jax.distributed coordinator (multi-host; env VCCC_COORDINATOR); "
+                   "'auto': let JAX detect the cluster (SLURM, Open MPI and TPU pod "
+                   "launches are detected without it)")
     p.add_argument("--num-processes", type=int, default=None,
                    help="processes in a multi-host run (env VCCC_NUM_PROCESSES)")
     p.add_argument("--process-id", type=int, default=None,
@@ -124,11 +127,9 @@ def start_distributed(argv: Optional[list[str]]) -> bool:
     pre = Parser(add_help=False)
     add_distributed_flags(pre)
     known, _ = pre.parse_known_args(argv)
-    if known.coordinator is None and not os.environ.get("VCCC_COORDINATOR"):
-        return False  # one process: nothing to start (and JAX stays unloaded)
-    from vccc_jax.train.sharding import initialize_distributed
+    from vccc_jax.runs.distributed import start
 
-    return initialize_distributed(known.coordinator, known.num_processes, known.process_id)
+    return start(known.coordinator, known.num_processes, known.process_id)
 
 
 def mesh_of(args):
@@ -180,6 +181,8 @@ def build_parser(names: bool = False) -> Parser:
     )
     p.add_argument("--config", help="experiment .toml (kind \"train\": base + grid; kind "
                    "\"critic_free\": the GRPO / PS-PPO grid, as vccc sweep)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the --config file: base.FIELD=V, grid.FIELD=a,b (repeatable)")
     p.add_argument("--out", help="run directory (default: a new results/train/<env>_..._<config "
                    "hash>_<time>; critic-free: results, the store vccc sweep uses)")
     p.add_argument("--chunk", type=int, default=0,
@@ -203,6 +206,7 @@ def build_parser(names: bool = False) -> Parser:
     p.add_argument("--no-figure", action="store_true", help="skip the PNG figure")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     add_critic_free_flags(p)
+    add_shard_flags(p)
     for f in dataclasses.fields(TrainConfig):
         default = f.default
         flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
@@ -258,15 +262,20 @@ def _prepare(argv: list[str]):
     args = parser.parse_args(argv)
     if args.keep < 1:
         raise ValueError(f"--keep must be >= 1, got {args.keep}")
-    exp = schema.load(args.config) if args.config else None
+    if args.overrides and not args.config:
+        raise ValueError("--set overrides a --config file; without one, use the flags")
+    exp = schema.load(args.config, args.overrides) if args.config else None
     given = {k: v for k, v in _given(parser, argv, args).items()
-             if k not in ("config", "out", "quiet", "no_figure")}
+             if k not in ("config", "out", "quiet", "no_figure", "overrides")}
     from vccc_jax.runs import critic_free as runs_cf
 
     if runs_cf.wants(given, exp):
         cf_exp = runs_cf.from_flags(given, exp)
+        cf_out = Path(args.out or "results")
+        run = scaled("train", main, argv, args,
+                     lambda: _interruptible(_critic_free, cf_exp, cf_out, args), cf_out)
         start_distributed(argv)
-        return lambda: _interruptible(_critic_free, cf_exp, Path(args.out or "results"), args)
+        return run
     if exp is not None and exp.kind != "train":
         raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with `vccc sweep`, not `vccc train`")
     overrides = _overrides(args)
@@ -284,7 +293,11 @@ def _prepare(argv: list[str]):
         for c in cells:
             check_divisible(c.num_envs, args.mesh_obj)
         out = Path(args.out) if args.out else Path("results") / "train"
-        return lambda: _interruptible(_grid, exp.name, cells, out, args)
+        return scaled("train", main, argv, args,
+                      lambda: _interruptible(_grid, exp.name, cells, out, args), out)
+    if args.shard is not None or args.shards is not None:
+        raise ValueError("--shard/--shards split a grid (--config with a [grid]) into shards; "
+                         "one run scales with --devices / --coordinator")
     where = exp.path if exp is not None else "train flags"
     fields = runs_train.resolve_fields(dict(exp.base if exp is not None else {}, **overrides),
                                        where)

@@ -26,7 +26,7 @@ class _BadInput(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="exact and sampled checks of every identity")
-    parser.add_argument("--quick", action="store_true", help="smaller groups, fewer samples (< 20 s)")
+    parser.add_argument("--quick", action="store_true", help="smaller groups, fewer samples (time: vccc bench commands)")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-mdps", type=int, default=None)

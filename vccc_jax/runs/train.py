@@ -358,11 +358,12 @@ def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = Fa
     results = []
     with open_store(store_path) as store:
         ids = [cell_id(cfg.to_dict()) for cfg in cells]
-        todo = agree([not store.has(cid) for cid in ids])
+        todo = agree([store.owns(cid) and not store.has(cid) for cid in ids])
         for i, (cfg, cid, run) in enumerate(zip(cells, ids, todo)):
             cell = cfg.to_dict()
-            if not run:
-                results.append({"config": cell, "summary": store.row(cid)["metrics"]})
+            if not run:  # done (by any shard), or another shard's cell
+                if store.has(cid):
+                    results.append({"config": cell, "summary": store.row(cid)["metrics"]})
                 continue
             if on_cell is not None:
                 on_cell(i, len(cells), cfg)
