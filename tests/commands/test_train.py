@@ -193,14 +193,10 @@ def dirs(tmp_path_factory):
     tables = {"badtype": {"name": "t", "kind": "train", "base": {"num_envs": "four"}},
               "unknown": {"name": "t", "kind": "train", "base": {"critc": "vccc"}},
               "grid": {"name": "g", "kind": "train", "base": {},
-                       "grid": {"lag": ["fixed:0", "fixed:1"]}},
-              "sweep": {"name": "s", "kind": "tabular_sweep", "base": {
-                  "num_mdps": 2, "families": [{"name": "g", "kind": "garnet", "num_states": 4,
-                                               "num_actions": 2}],
-                  "history": {"num_versions": 4}},
-                  "grid": {"laws": ["fixed"], "mean_lags": [0, 1], "methods": ["vccc"]}}}
+                       "grid": {"lag": ["fixed:0", "fixed:1"]}}}
     for name, table in tables.items():
         (d / f"{name}.toml").write_text(schema.dumps(table))
+    (d / "sweep.toml").write_text((ROOT / "experiments" / "tabular_default.toml").read_text())
     return d
 
 
@@ -209,8 +205,8 @@ BAD = [
     (["--hidden", "five"], "argument --hidden: invalid int value", True),
     (["--seeds", "many"], "argument --num-seeds/--seeds: invalid int value: 'many'", True),
     (["--bogus"], "unrecognized arguments", True),
-    (["--config", "{d}/badtype.toml"], "num_envs must be an int, got 'four'", True),
-    (["--config", "{d}/unknown.toml"], "unknown TrainConfig fields: ['critc']", True),
+    (["--config", "{d}/badtype.toml"], "base.num_envs must be an integer, got 'four'", True),
+    (["--config", "{d}/unknown.toml"], "unknown key base.critc (did you mean critic", True),
     (["--config", "{d}/missing.toml"], "not found", True),
     (["--config", "{d}/sweep.toml"], "runs with `vccc sweep`", True),
     (["--config", "{d}/grid.toml", "--resume"], "a grid resumes by itself", True),

@@ -39,7 +39,7 @@ from vccc_jax.runs.grid import product
 from vccc_jax.runs.provenance import provenance
 from vccc_jax.runs.schema import ConfigError, Experiment
 from vccc_jax.runs.store import cell_id
-from vccc_jax.train.config import TrainConfig, check_field_types
+from vccc_jax.train.config import TrainConfig
 
 # Above: pure Python (numpy at most). JAX, scipy (analysis) and rich (progress) are
 # imported where used, so ``vccc train`` can check its input (:func:`resolve_fields`,
@@ -78,16 +78,13 @@ def resolve_fields(fields: dict, where: str = "train config") -> dict:
     """Every TrainConfig field of a run given ``fields`` (a config's ``[base]`` and flags):
     defaults filled, ``gamma`` taken from a ``tabular:`` / ``token:`` env spec unless given
     (then it must agree). Equals ``config_from(fields).to_dict()``, but is pure Python:
-    ConfigError naming ``where`` for an unknown field, a value of the wrong type, a
-    malformed env spec or a conflicting gamma -- before JAX is imported."""
+    ConfigError naming ``where`` for an unknown field, a malformed env spec or a conflicting
+    gamma -- before JAX is imported (value types: ``runs.schema`` for config files,
+    argparse for flags)."""
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     unknown = sorted(set(fields) - set(names))
     if unknown:
         raise ConfigError(f"{where}: unknown TrainConfig fields: {unknown}")
-    try:
-        check_field_types(fields)
-    except TypeError as e:
-        raise ConfigError(f"{where}: {e}") from None
     out = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     out.update(fields)
     try:

@@ -9,12 +9,11 @@ optional score centering (Eq 13), and the ground-truth evaluation.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Optional
 
-# The validators below import JAX; they are imported where used so that this module (the
-# fields, their types, ``from_dict``'s checks) is pure Python: ``vccc train`` reports bad
-# input before importing JAX (issue 23).
+# The validators below import JAX; they are imported where used, so that importing this
+# module (the fields and their defaults) is pure Python: ``vccc train`` reports bad input
+# before importing JAX (issue 23).
 
 # The Eq 10 actor kinds that take score centring (``centered-...``); ``actor`` accepts every
 # row of ``estimators.actor_registry`` (issue 21).
@@ -233,32 +232,7 @@ class TrainConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown TrainConfig fields: {unknown}")
-        check_field_types(d)
         return cls(**d)
-
-
-def check_field_types(d: dict) -> None:
-    """TypeError naming the first field of ``d`` whose value has the wrong type for
-    :class:`TrainConfig` (an int is a valid float; None only for Optional fields; unknown
-    names are left to ``from_dict``). Pure Python: commands check input before JAX loads."""
-    hints = typing.get_type_hints(TrainConfig)
-    for name, value in d.items():
-        if name not in hints:
-            continue
-        want = hints[name]
-        args = typing.get_args(want)
-        if type(None) in args:
-            if value is None:
-                continue
-            want = next(a for a in args if a is not type(None))
-        ok = (isinstance(value, bool) if want is bool else
-              isinstance(value, want) and not isinstance(value, bool) if want is int else
-              isinstance(value, (int, float)) and not isinstance(value, bool)
-              if want is float else isinstance(value, want))
-        if not ok:
-            raise TypeError(f"{name} must be {'an' if want is int else 'a'} "
-                            f"{want.__name__}{' or None' if len(args) else ''}, got {value!r} "
-                            f"({type(value).__name__})")
 
 
 def parse_actor(spec: str) -> tuple[str, bool]:
