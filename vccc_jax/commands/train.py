@@ -205,6 +205,10 @@ def build_parser(names: bool = False) -> Parser:
     add_distributed_flags(p)
     p.add_argument("--no-figure", action="store_true", help="skip the PNG figure")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--track", default="none", metavar="SPEC",
+                   help="experiment tracking of one run: none (default), tensorboard (event "
+                   "files in <out>/tensorboard: the mean over seeds of every metric per update) "
+                   "or tensorboard:DIR")
     add_critic_free_flags(p)
     add_shard_flags(p)
     for f in dataclasses.fields(TrainConfig):
@@ -264,9 +268,12 @@ def _prepare(argv: list[str]):
         raise ValueError(f"--keep must be >= 1, got {args.keep}")
     if args.overrides and not args.config:
         raise ValueError("--set overrides a --config file; without one, use the flags")
+    from vccc_jax.runs.tracking import parse_spec
+
+    parse_spec(args.track)
     exp = schema.load(args.config, args.overrides) if args.config else None
     given = {k: v for k, v in _given(parser, argv, args).items()
-             if k not in ("config", "out", "quiet", "no_figure", "overrides")}
+             if k not in ("config", "out", "quiet", "no_figure", "overrides", "track")}
     from vccc_jax.runs import critic_free as runs_cf
 
     if runs_cf.wants(given, exp):
@@ -281,6 +288,9 @@ def _prepare(argv: list[str]):
     overrides = _overrides(args)
     command = ["vccc", "train", *argv]
     if exp is not None and exp.grid.axes:
+        if args.track != "none":
+            raise ValueError("--track follows one run; a grid's cells go to a tracker with "
+                             "`vccc sweep --track` (one HParams row per cell)")
         if args.resume or args.overwrite:
             raise ValueError("--resume / --overwrite are for one run; a grid resumes by itself "
                              "(rerun the same command)")
@@ -392,7 +402,8 @@ def _single(cfg, out: Path, args, resume: bool, command: list) -> int:
             summary, rows = run_one(cfg, out, chunk=args.chunk, checkpoint_every=every,
                                     checkpoint_seconds=seconds, resume=resume,
                                     quiet=args.quiet, mesh=args.mesh_obj, fsdp=args.fsdp,
-                                    keep=args.keep, stop=stop, command=command)
+                                    keep=args.keep, stop=stop, command=command,
+                                    track=args.track)
     except Interrupted as e:  # the graceful path: no compile was cut short, exit normally
         if is_main():
             print(f"vccc train: {_stopped(out, e)}", file=sys.stderr)
