@@ -158,6 +158,9 @@ def test_grid_is_resumable_and_tabulated(tmp_path, monkeypatch, capsys):
                                "base": {"total_timesteps": 1024, "num_seeds": 3},
                                "grid": {"lag": ["fixed:0", "fixed:2"], "critic": ["gae", "vccc"]}}))
     argv = ["--config", str(p), "--out", str(tmp_path), "--gt-every", "5", "--quiet"]
+    capsys.readouterr()
+    assert cmd.main(argv + ["--dry-run"]) == 0 and not calls  # sizes the grid, runs nothing
+    assert "4 cells, 0 already in" in capsys.readouterr().out
     assert cmd.main(argv) == 0
     assert len(calls) == 4 and all(c.gt_every == 5 for c in calls)
     assert [(c.lag, c.critic) for c in calls] == [("fixed:0", "gae"), ("fixed:0", "vccc"),
@@ -167,6 +170,8 @@ def test_grid_is_resumable_and_tabulated(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "g.png").stat().st_size > 1000
     assert cmd.main(argv + ["--no-figure"]) == 0  # every cell is in the store
     assert len(calls) == 4
+    assert cmd.main(argv + ["--dry-run"]) == 0
+    assert "4 cells, 4 already in" in capsys.readouterr().out
 
 
 def test_shipped_train_experiments_build_valid_configs():
