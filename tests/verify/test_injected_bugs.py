@@ -10,6 +10,7 @@ exact checks (float64), so pass/fail is deterministic.
 
 
 import importlib
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -130,3 +131,142 @@ def test_token_baseline_without_ratio_is_caught(monkeypatch):
     monkeypatch.setattr(ct, "vccc_target", wrong)
     row = _by_name(token_rows(CTX), "E_mu[Y_VCCC]")
     assert not row.passed and row.error > 1e-3
+
+
+# ------------------------------------------------------------------ comparator estimators
+# Realistic one-line bugs, applied to the SOURCE of estimators/related/*.py (the line is
+# replaced, the module re-executed, and the module's functions patched with the mutant's),
+# each caught by the comparator rows of `vccc verify` that run the library estimator
+# against its exact operator. Each bug runs only the smallest piece of the section that
+# catches it (one setting where the rows allow it).
+
+from vccc_jax.verify.sections import brace_library as bl  # noqa: E402
+from vccc_jax.verify.sections import decoupled_library as dl  # noqa: E402
+from vccc_jax.verify.sections import ps_ppo_library as pl  # noqa: E402
+from vccc_jax.verify.sections import rac_library as rl  # noqa: E402
+
+MODULES = {name: importlib.import_module(f"vccc_jax.estimators.related.{name}")
+           for name in ("brace", "decoupled", "rac", "ps_ppo")}
+
+
+def apply_mutation(monkeypatch, module_name: str, old: str, new: str) -> None:
+    """Replace the one source line ``old`` of estimators.related.<module_name> by ``new``,
+    execute the mutant and patch every function and class of the module with the mutant's."""
+    module = MODULES[module_name]
+    src = inspect.getsource(module)
+    assert src.count(old) == 1, f"mutation site not found exactly once in {module.__name__}: {old!r}"
+    ns = {"__name__": module.__name__, "__file__": module.__file__}
+    exec(compile(src.replace(old, new), module.__file__, "exec"), ns)
+    for name, value in vars(module).items():
+        if (inspect.isfunction(value) or inspect.isclass(value) or hasattr(value, "lower")) \
+                and getattr(value, "__module__", None) == module.__name__ and name in ns:
+            monkeypatch.setattr(module, name, ns[name])
+
+
+PREFIX, CONSTANT = ((s,) for s in bl.SETTINGS)  # one BRACE setting per piece
+BRACE_PREFIX = "library BRACE E[vs_t] = exact operator, n=1 rho_bar=1.3 c_bar=0.7 prefix tool steps"
+BRACE_CONSTANT = "library BRACE E[vs_t] = exact operator, n=2 rho_bar=0.9 c_bar=1.3 constant"
+BRACE_PG = "library BRACE E[pg_adv_t]"
+DEC_ACTOR, DEC_CRITIC, DEC_EWMA = "library decoupled actor", "library decoupled critic", "library PPO-EWMA"
+RAC_UPDATE, RAC_IDENTITY = "library RAC: queued", "library RAC: delay 0"
+PS_MIX, PS_UNIFORM, PS_SAMPLER = "law mixture:0.2", "law uniform", "sample_cutoffs"
+
+
+def _brace(settings):
+    def piece():
+        vs_rows, pg_row = bl.enumeration_rows(CTX, settings=settings)
+        return vs_rows + [pg_row]
+    return piece
+
+
+# (id, module, old line, new line, piece to run, rows that must fail)
+BUGS = [
+    ("brace-tail-weight-rho-bar", "brace", 'w_tail = c if tail_anchor == "prefix"',
+     'w_tail = rho_c if tail_anchor == "prefix"', _brace(PREFIX), [BRACE_PREFIX]),
+    ("brace-pg-bootstraps-from-critic", "brace", "pg = rho_pg * (r + d * vs_next - v)",
+     "pg = rho_pg * (r + d * next_v - v)", _brace(PREFIX), [BRACE_PG]),
+    ("brace-swapped-thresholds",  "brace",
+     '("clip_rho_threshold", clip_rho_threshold), ("clip_c_threshold", clip_c_threshold),',
+     '("clip_c_threshold", clip_c_threshold), ("clip_rho_threshold", clip_rho_threshold),',
+     _brace(CONSTANT), [BRACE_CONSTANT]),
+    ("brace-prefix-off-by-one", "brace", "n_eff = min(int(n), int(np.shape(values)[0]))",
+     "n_eff = min(int(n) + 1, int(np.shape(values)[0]))", _brace(PREFIX), [BRACE_PREFIX]),
+    ("brace-tool-steps-counted", "brace",
+     "act = jnp.ones_like(v, dtype=bool) if is_action is None else flat(is_action, bool)",
+     "act = jnp.ones_like(v, dtype=bool)", _brace(PREFIX), [BRACE_PREFIX]),
+    ("brace-tail-without-discount", "brace", "z0 = dk + gk * z_next[:1]", "z0 = dk + z_next[:1]",
+     _brace(PREFIX), [BRACE_PREFIX]),
+    ("brace-end-bootstrap-from-last-value", "brace", "next_v = jnp.concatenate([v[1:], bv], axis=0)",
+     "next_v = jnp.concatenate([v[1:], v[-1:]], axis=0)", _brace(PREFIX), [BRACE_PREFIX]),
+    ("brace-cut-keeps-trace", "brace", "g = jnp.where(trunc, jnp.zeros_like(d), d)", "g = d",
+     lambda: [bl.cut_row(CTX)], ["library BRACE: time-limit cut"]),
+    ("decoupled-staleness-inverted", "decoupled", "r = safe_ratios(log_pi - log_pi_old)",
+     "r = safe_ratios(log_pi_old - log_pi)", lambda: dl.decoupled_library_rows(CTX, settings=dl.DEC_SETTINGS[1:2]),
+     [DEC_CRITIC]),
+    ("decoupled-ewma-weights-swapped", "decoupled",
+     "mean = optax.incremental_update(params, state.mean, 1.0 - jnp.asarray(decay))",
+     "mean = optax.incremental_update(params, state.mean, jnp.asarray(decay))",
+     lambda: dl.decoupled_library_rows(CTX, settings=dl.DEC_SETTINGS[1:2]), [DEC_EWMA, DEC_ACTOR]),
+    ("decoupled-ewma-debias-off-by-one", "decoupled", "corr = 1.0 - jnp.asarray(decay) ** state.count",
+     "corr = 1.0 - jnp.asarray(decay) ** (state.count + 1)",
+     lambda: dl.decoupled_library_rows(CTX, settings=dl.DEC_SETTINGS[1:2]), [DEC_EWMA]),
+    ("decoupled-behaviour-route-takes-learner", "decoupled", "            full = log_mu_all",
+     "            full = log_pi_all", lambda: dl.decoupled_library_rows(CTX, settings=dl.DEC_SETTINGS[2:]),
+     [DEC_ACTOR]),
+    ("decoupled-critic-unclipped-staleness", "decoupled",
+     "return jax.lax.stop_gradient(out.discrepancy * out.staleness_clipped)",
+     "return jax.lax.stop_gradient(out.discrepancy * out.staleness)",
+     lambda: dl.decoupled_library_rows(CTX, settings=dl.DEC_SETTINGS[1:2]), [DEC_CRITIC]),
+    ("decoupled-ewma-decay-for-lag", "decoupled", "return float(mean_lag) / (1.0 + float(mean_lag))",
+     "return float(mean_lag) / (2.0 + float(mean_lag))",
+     lambda: dl.decoupled_library_rows(CTX, settings=dl.DEC_SETTINGS[1:2]), [DEC_EWMA]),
+    ("rac-kernel-by-reversed-age", "rac", "w = jnp.asarray(k, queue.residuals.dtype)[:, None]",
+     "w = jnp.asarray(k[::-1], queue.residuals.dtype)[:, None]", lambda: [rl.update_row(CTX)], [RAC_UPDATE]),
+    ("rac-queue-pushes-at-wrong-end", "rac", "jnp.concatenate([new[None], buf[:-1]], axis=0)",
+     "jnp.concatenate([buf[1:], new[None]], axis=0)", lambda: [rl.update_row(CTX)], [RAC_UPDATE]),
+    ("rac-reinjection-ratio-inverted", "rac", "out = inject(queue.residuals, log_pi_now - queue.log_mu, w,",
+     "out = inject(queue.residuals, queue.log_mu - log_pi_now, w,", lambda: [rl.update_row(CTX)], [RAC_UPDATE]),
+    ("rac-delay-off-by-one", "rac", "if delay != 0:", "if delay > 1:", lambda: [rl.update_row(CTX)],
+     [RAC_UPDATE]),
+    ("rac-residual-trace-uses-rho-bar", "rac",
+     "clip_rho_threshold=clip_rho_threshold, clip_c_threshold=clip_c_threshold,",
+     "clip_rho_threshold=clip_rho_threshold, clip_c_threshold=clip_rho_threshold,",
+     lambda: [rl.identity_row(CTX)], [RAC_IDENTITY]),
+    ("ps-ppo-keep-rule-off-by-one", "ps_ppo", "keep = (t < cutoffs[None, :])", "keep = (t <= cutoffs[None, :])",
+     lambda: pl.ps_ppo_library_rows(CTX, laws=pl.LAWS[:1]), [PS_MIX]),
+    ("ps-ppo-weight-times-survival", "ps_ppo", "w = jnp.where(keep, 1.0 / jnp.where(keep, survival, 1.0), 0.0)",
+     "w = jnp.where(keep, survival, 0.0)", lambda: pl.ps_ppo_library_rows(CTX, laws=pl.LAWS[:1]), [PS_MIX]),
+    ("ps-ppo-policy-mask-dropped", "ps_ppo", "return w if alive is None else w * alive", "return w",
+     lambda: pl.ps_ppo_library_rows(CTX, laws=pl.LAWS[:1]), [PS_MIX]),
+    ("ps-ppo-loss-mean-over-time", "ps_ppo", "return -jnp.sum(weights * surr, axis=0)",
+     "return -jnp.mean(weights * surr, axis=0)", lambda: pl.ps_ppo_library_rows(CTX, laws=pl.LAWS[:1]), [PS_MIX]),
+    ("ps-ppo-pmf-off-by-one", "ps_ppo", "nxt = jnp.concatenate([s[..., 1:], jnp.zeros_like(s[..., :1])], axis=-1)",
+     "nxt = jnp.concatenate([s[..., 1:], s[..., -1:]], axis=-1)",
+     lambda: pl.ps_ppo_library_rows(CTX, laws=pl.LAWS[:1]), [PS_MIX]),
+    ("ps-ppo-sampler-off-by-one", "ps_ppo", "jnp.sum(survival > u[..., None], axis=-1)",
+     "jnp.sum(survival[..., 1:] > u[..., None], axis=-1)",
+     lambda: pl.ps_ppo_library_rows(CTX, laws=pl.LAWS[:1]), [PS_SAMPLER]),
+    ("ps-ppo-uniform-survival-off-by-one", "ps_ppo", "uni = jnp.maximum(big_l - t, 0.0) / big_l",
+     "uni = jnp.maximum(big_l - t - 1.0, 0.0) / big_l",
+     lambda: pl.ps_ppo_library_rows(CTX, laws=pl.LAWS[2:]), [PS_UNIFORM, PS_SAMPLER]),
+]
+
+
+@pytest.fixture(scope="module")
+def clean_comparator_rows():
+    return bl.brace_library_rows(CTX) + dl.decoupled_library_rows(CTX) + rl.rac_library_rows(CTX) + \
+        pl.ps_ppo_library_rows(CTX)
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=[b[0] for b in BUGS])
+def test_comparator_bug_is_caught(monkeypatch, clean_comparator_rows, bug):
+    _, module, old, new, piece, needles = bug
+    for needle in needles:
+        assert _by_name(clean_comparator_rows, needle).passed
+    apply_mutation(monkeypatch, module, old, new)
+    rows = piece()
+    for needle in needles:
+        row = _by_name(rows, needle)
+        assert not row.passed, row
+        if row.kind == "exact":
+            assert row.error > 1e-3, row
