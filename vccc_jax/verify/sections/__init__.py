@@ -8,9 +8,12 @@ Derive keys from ``ctx.key`` with ``jax.random.fold_in(ctx.key, <unused integer>
 other sections' numbers do not move (taken: 2 estimator_checks, 12 token, 13 BRACE,
 14 decoupled (and decoupled_library), 15 RAC (and rac_library), 16 PS-PPO (and
 ps_ppo_library), 17 and 18 brace_library, 19 rac_library, 20 ps_ppo_library;
-``split(ctx.key, 3)`` by the groups, the sampled half and vtrace_library). Keep a section cheap (< ~3 s on 2 idle cores): one compiled graph with the
-library functions it checks as a static argument (so a test that patches the library
-recompiles only that graph), tiny problems, no per-setting compiles.
+``split(ctx.key, 3)`` by the groups, the sampled half and vtrace_library). Keep a section
+cheap (< ~3 s on 2 idle cores): one compiled graph with the library functions it checks as
+a static argument (so a test that patches the library recompiles only that graph), tiny
+problems, no per-setting compiles. A library-estimator section takes the exact side (the
+operator's values) from the compiled graph of its tabular section (``comparators.
+decoupled_numbers`` ...), so its own graph holds only the library calls.
 """
 
 from __future__ import annotations
