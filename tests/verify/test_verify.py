@@ -46,7 +46,7 @@ def test_quick_verify_covers_every_identity(quick_rows):
         if "mean != claim" not in r.name and r.name not in loose:
             assert r.error <= 1e-10, r
     # One section per new testbed / comparator (verify/sections).
-    for eq, count in (("Sec 7", 2), ("BRACE", 6), ("decoupled", 5), ("RAC", 5), ("PS-PPO", 6)):
+    for eq, count in (("Sec 7", 2), ("BRACE", 5), ("decoupled", 5), ("RAC", 5), ("PS-PPO", 6)):
         assert sum(r.equation == eq for r in exact) == count, eq
     assert any(r.equation == "Eq 5" and "tool steps" in r.name for r in exact)
     # Each comparator's library estimator is checked against its exact operator (issue 24).
