@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Optional, Sequence
@@ -102,3 +103,47 @@ def output_file(path: str | os.PathLike, flag: str) -> Path:
                          f"({str(e).rpartition('(')[2]}") from None
     return p
 
+
+def cell_seconds(row: dict) -> Optional[float]:
+    """Measured compute seconds of one stored cell, compile excluded where the row says
+    how much it was (tabular groups); None if the row has no timing."""
+    meta = row.get("meta") or {}
+    t = meta.get("timings") or {}
+    if t.get("group_cells") and "run_s" in t:  # tabular: a group's compute, per cell
+        return t["run_s"] / t["group_cells"]
+    for value in (t.get("cell_s"), meta.get("seconds")):
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+def dry_run(exp, ids: list, store: Path) -> int:
+    """Print the grid size, how many of its cells ``store`` already holds, and an ETA for
+    the rest from the compute time the store measured (median per cell) plus its compile
+    time; unknown when it holds no timed cell. (``vccc sweep --dry-run`` and ``vccc train --config X --dry-run``.)"""
+    from vccc_jax.runs.progress import format_seconds
+    from vccc_jax.runs.store import read_rows
+
+    rows = read_rows(store)  # the union of its shard files; none yet: []
+    have = {r.get("id") for r in rows}
+    done = sum(i in have for i in ids)
+    todo = len(ids) - done
+    print(f"{exp.name} ({exp.kind}, {exp.path}): {len(ids)} cells, {done} already in {store}, "
+          f"{todo} to compute")
+    times = [t for t in map(cell_seconds, rows) if t is not None]
+    if not todo:
+        print("ETA 0 s: nothing to compute")
+    elif times:
+        per = statistics.median(times)
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        groups = {(r["meta"]["timings"].get("group"), r["meta"].get("created_utc")):
+                  r["meta"]["timings"]["compile_s"] for r in rows
+                  if "compile_s" in (r.get("meta") or {}).get("timings", {})}
+        compile_s = (f"{format_seconds(sum(groups.values()))} compile (as the stored run "
+                     "measured it)" if groups else "compile (not measured)")
+        print(f"ETA {format_seconds(todo * per)} compute + {compile_s}: {todo} cells x "
+              f"{per:.3g} s, the median compute time of {len(times)} cells stored in "
+              f"{store}; load average now {load}")
+    else:
+        print(f"ETA unknown: no timed cells in {store} yet (run it, or part of it, once)")
+    return 0

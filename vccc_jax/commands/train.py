@@ -52,7 +52,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
-from vccc_jax.commands.common import Parser, guarded
+from vccc_jax.commands.common import Parser, dry_run, guarded
 from vccc_jax.commands.shards import add_shard_flags, scaled
 
 EXIT_INTERRUPTED = 130
@@ -301,7 +301,6 @@ def _prepare(argv: list[str]):
         fields = runs_train.cell_fields(exp, overrides)  # pure Python checks first
         out = Path(args.out) if args.out else Path("results") / "train"
         if args.dry_run:
-            from vccc_jax.commands.sweep import dry_run
             from vccc_jax.runs.store import cell_id
 
             cells = [runs_train.config_from(f, exp.path) for f in fields]
