@@ -11,7 +11,7 @@ Grid (``kind = "train"`` experiment; flags override its ``[base]``)::
 Scaling (issue 10; README "Scaling")::
 
     vccc train ... --devices 8                      # (8, 1) mesh: envs over "data"
-    vccc train ... --mesh data=4,model=2 --fsdp     # params sharded over "data" too
+    vccc train ... --mesh data=4,seed=2 --num-seeds 2 --fsdp  # seeds over "seed", FSDP
     vccc train ... --coordinator HOST:PORT --num-processes 2 --process-id I   # each host
     vccc train ... --checkpoint-every 50 --resume   # orbax; continues bit for bit
 
@@ -81,8 +81,9 @@ def add_mesh_flags(p) -> None:
     """--devices / --mesh (shared with ``vccc sweep``)."""
     p.add_argument("--devices", type=int, default=None,
                    help="use the first N devices as an (N, 1) mesh (default: all devices)")
-    p.add_argument("--mesh", default=None, metavar="data=D,model=M",
-                   help="mesh shape over named axes (default: data=<devices>,model=1)")
+    p.add_argument("--mesh", default=None, metavar="data=D,seed=S",
+                   help="mesh shape over named axes: envs over data, seeds over seed "
+                   "(default: data=<devices>,seed=1)")
 
 
 def start_distributed(argv: Optional[list[str]]) -> bool:
@@ -193,9 +194,11 @@ def main(argv: Optional[list[str]] = None):
     exp = schema.load(args.config) if args.config else None
     given = {k: v for k, v in _given(parser, argv, args).items()
              if k not in ("config", "out", "quiet", "no_figure")}
-    if runs_cf.wants(given, exp):
-        cf_exp = runs_cf.from_flags(given, exp)
-        return lambda: _critic_free(cf_exp, Path(args.out or "results"), args)
+    if runs_cf.wants(given, exp):  # --devices / --mesh: episodes over "data"
+        cf_exp = runs_cf.from_flags({k: v for k, v in given.items()
+                                     if k not in ("devices", "mesh")}, exp)
+        mesh = mesh_of(args) if "devices" in given or "mesh" in given else None
+        return lambda: _critic_free(cf_exp, Path(args.out or "results"), args, mesh)
     args.mesh_obj = mesh_of(args)
     overrides = _overrides(args)
     if exp is not None and exp.kind != "train":
@@ -205,7 +208,7 @@ def main(argv: Optional[list[str]] = None):
         from vccc_jax.train.sharding import check_divisible
 
         for c in cells:
-            check_divisible(c.num_envs, args.mesh_obj)
+            check_divisible(c.num_envs, args.mesh_obj, c.num_seeds)
         out = Path(args.out) if args.out else Path("results") / "train"
         return lambda: _grid(exp.name, cells, out, args)
     fields = dict(exp.base if exp is not None else {}, **overrides)
@@ -213,7 +216,7 @@ def main(argv: Optional[list[str]] = None):
     out = Path(args.out) if args.out else runs_train.default_out(cfg)
     from vccc_jax.train.sharding import check_divisible
 
-    check_divisible(cfg.num_envs, args.mesh_obj)
+    check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
     if args.resume:
         runs_train.check_resume(cfg, out)
     return lambda: _single(cfg, out, args)
@@ -271,7 +274,7 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
     return 0
 
 
-def _critic_free(exp, out: Path, args) -> int:
+def _critic_free(exp, out: Path, args, mesh=None) -> int:
     """A ``critic_free`` grid (``runs.critic_free``): progress on stderr, the sweep's table."""
     import time
 
@@ -295,7 +298,7 @@ def _critic_free(exp, out: Path, args) -> int:
               f"kept {row['kept_fraction']:.2f}", file=sys.stderr, flush=True)
 
     path, rows = runs_cf.run_grid(exp, out, progress=not args.quiet, on_cell=on_cell,
-                                  on_update=on_update)
+                                  on_update=on_update, mesh=mesh)
     print(runs_cf.format_table(runs_cf.summarize(rows)))
     print("\n" + runs_cf.footer(exp, rows, path, time.perf_counter() - t0))
     if not args.no_figure and rows:
