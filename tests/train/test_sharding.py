@@ -222,6 +222,31 @@ def test_two_processes_equal_one(mesh_run, tmp_path):
                                    atol=LOSS_ATOL, err_msg=name)  # rows: (update, seed)
 
 
+@pytest.mark.slow
+def test_bench_scale_runs_under_jax_distributed(tmp_path):
+    # `vccc bench scale --small` in two processes (4 fake devices each): every device count
+    # takes both processes; process 0 alone writes the JSON; nothing runs per env step
+    sys.path.insert(0, str(HERE))
+    from _scale_common import FLAGS
+
+    coordinator = f"127.0.0.1:{_free_port()}"
+    out = tmp_path / "scale.json"
+    argv = [PY, "-m", "vccc_jax.cli", "bench", "scale", "--small", "--devices", "2,4,8",
+            "--regimes", "weak", "--json", str(out)]
+    procs = [subprocess.Popen(argv, env=_env(
+        XLA_FLAGS=f"--xla_force_host_platform_device_count=4 {FLAGS}", JAX_PLATFORMS="cpu",
+        VCCC_COORDINATOR=coordinator, VCCC_NUM_PROCESSES="2", VCCC_PROCESS_ID=str(pid)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for pid in range(2)]
+    logs = [p.communicate(timeout=1200)[0] for p in procs]
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["processes"] == 2 and [r["devices"] for r in doc["rows"]] == [2, 4, 8]
+    for r in doc["rows"]:
+        assert sum(r["per_env_step"].values()) == 0, r
+    assert "weak      8" in logs[0] and "vccc bench scale" not in logs[1]
+
+
 # -- collectives of the compiled (8,1) step, by loop nest -------------------------------
 
 

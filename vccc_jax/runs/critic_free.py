@@ -83,15 +83,19 @@ def cf_config(cell: dict):
     return CFConfig(**{k: v for k, v in cell.items() if k not in _RUN_KEYS})
 
 
-@functools.lru_cache(maxsize=16)
 def _trainer(cfg, mesh=None):
     """One compiled trainer per config with seed 0 (the seed only enters through ``train``)
     and mesh; configs that differ only in learner fields (law, slack, ...) share one compiled
     init / rollout / evaluate (``CFConfig.sampling``), so a grid over laws compiles those once."""
+    return _cached_trainer(cfg, mesh)
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_trainer(cfg, mesh):
     from vccc_jax.train.critic_free import CriticFree
 
     ref = cfg.sampling()
-    return CriticFree(cfg, like=None if ref == cfg else _trainer(ref, mesh), mesh=mesh)
+    return CriticFree(cfg, like=None if ref == cfg else _cached_trainer(ref, mesh), mesh=mesh)
 
 
 def run_cell(cell: dict, on_update: Optional[Callable[[int, int, dict], None]] = None,
