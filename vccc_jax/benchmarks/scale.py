@@ -348,16 +348,17 @@ def speed_ups(rows: list[Row]) -> list[tuple[float, float]]:
 
 def format_table(rows: list[Row]) -> str:
     head = (f"{'regime':7s} {'dev':>3s} {'envs':>6s} {'compile s':>9s} {'updates/s':>10s} "
-            f"{'env steps/s':>12s} {'speed-up':>8s} {'eff':>5s} {'MB/dev':>7s}  "
+            f"{'env steps/s':>12s} {'speed-up':>8s} {'eff':>5s} {'MiB/dev':>8s}  "
             "collectives executed per update: env-step loop (x T) | all")
     lines = [head, "-" * len(head)]
     for r, (speed, eff) in zip(rows, speed_ups(rows)):
         mb = (r.memory_bytes.get("temp", 0) + r.memory_bytes.get("argument", 0)) / 2 ** 20
         lines.append(f"{r.regime:7s} {r.devices:3d} {r.num_envs:6d} {r.compile_s:9.2f} "
                      f"{r.updates_per_s:10.2f} {r.env_steps_per_s:12.0f} {speed:8.2f} "
-                     f"{eff:5.2f} {mb:7.1f}  {_fmt(r.per_env_step)} | {_fmt(r.per_update)}")
+                     f"{eff:5.2f} {mb:8.3g}  {_fmt(r.per_env_step)} | {_fmt(r.per_update)}")
     lines.append("# speed-up: env steps/s over the first row of its regime (ideal n / n0 in "
-                 "both regimes); eff = speed-up / (n / n0); MB/dev: temp + argument bytes")
+                 "both regimes); eff = speed-up / (n / n0); MiB/dev: temp + argument bytes "
+                 "(memory_analysis)")
     return "\n".join(lines)
 
 
