@@ -1,18 +1,22 @@
 # Bootstrap a local .venv from nothing and run things inside it.
 # `make test` runs ruff then the whole suite; `make sweep` runs the main job.
+# Accelerators: `make venv ACCEL=cuda12` (or cuda13, tpu) adds JAX's GPU / TPU wheels.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+ACCEL  ?=
+comma  := ,
+EXTRAS := dev$(if $(ACCEL),$(comma)$(ACCEL))
+STAMP  := $(VENV)/.installed$(if $(ACCEL),-$(ACCEL))
 
-.PHONY: venv lint test sweep verify bench figures clean
+.PHONY: venv lint test sweep verify bench bench-device figures clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 lint: $(STAMP)
@@ -33,6 +37,11 @@ figures: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
 	$(VENV)/bin/vccc bench estimators
+
+# One run on a GPU / TPU host (under 8 minutes): results/bench/device/device.{json,md}.
+bench-device: $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e '.[$(EXTRAS),bench]'
+	$(VENV)/bin/vccc bench device --out results/bench/device
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

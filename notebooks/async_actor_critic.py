@@ -23,16 +23,15 @@ out = "../figures"      # where PDF + PNG figures go
 gallery = ""            # optional: small README PNGs (docs/figures)
 
 # %%
-from pathlib import Path
 
 from IPython.display import Markdown, display
 
 from vccc_jax.analysis.async_ac import ratio_table
 from vccc_jax.plotting import fig_async_ac
 from vccc_jax.plotting.style import publish
-from vccc_jax.runs.store import read_rows
+from vccc_jax.runs.store import find_stores, read_rows
 
-stores = sorted(Path(results).glob("async_ac*.jsonl"))
+stores = find_stores(results, "async_ac*")  # unsharded files and shard directories
 print("stores:", [s.name for s in stores] or "none")
 
 # %%

@@ -43,13 +43,13 @@ from vccc_jax.plotting import comparators
 from vccc_jax.plotting.style import publish
 from vccc_jax.runs import rac, rac_wallclock
 from vccc_jax.runs.decoupled import summary_table
-from vccc_jax.runs.store import read_rows
+from vccc_jax.runs.store import is_store, read_rows
 
 
 def find(name):
     """results/<name>, else the first results/*/<name>; None if absent."""
     hits = [Path(results) / name] + sorted(Path(results).glob(f"*/{name}"))
-    return next((p for p in hits if p.is_file()), None)
+    return next((p for p in hits if p.is_file() or is_store(p)), None)
 
 
 paths = {n: find(n) for n in ("brace_tabular.jsonl", "decoupled_routes.json", "ps_ppo.jsonl",

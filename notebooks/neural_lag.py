@@ -33,9 +33,10 @@ from pathlib import Path
 from vccc_jax.plotting.seeds import fig_lag_curves, fig_paired_differences, fig_performance_profile
 from vccc_jax.plotting.style import publish
 from vccc_jax.plotting.train import error_curves
+from vccc_jax.runs.store import find_stores
 from vccc_jax.runs.train import error_curve_rows, rows_with_whole_run
 
-stores = sorted(Path(results).glob("train/*.jsonl")) + sorted(Path(results).glob("train_*.jsonl"))
+stores = find_stores(Path(results) / "train") + find_stores(results, "train_*")
 print("stores:", [str(s) for s in stores] or "none")
 
 # %%
@@ -59,7 +60,7 @@ for store in stores:
 # ## Regime grids: critic error over the whole run
 
 # %%
-regime = sorted(Path(results).glob("regime/*.jsonl"))
+regime = find_stores(Path(results) / "regime")
 print("regime stores:", [str(s) for s in regime] or "none")
 for store in regime:
     by, key = error_curve_rows(store)

@@ -23,13 +23,12 @@ out = "../figures"      # where PDF + PNG figures go
 gallery = ""            # optional: small README PNGs (docs/figures)
 
 # %%
-from pathlib import Path
 
 from vccc_jax.plotting import Rows, fig_error_vs_lag, fig_trained_curves
 from vccc_jax.plotting.style import publish
-from vccc_jax.runs.store import read_rows
+from vccc_jax.runs.store import find_stores, read_rows
 
-stores = sorted(Path(results).glob("tabular_*.jsonl"))
+stores = find_stores(results, "tabular_*")  # unsharded files and shard directories
 print("stores:", [s.name for s in stores] or "none")
 
 # %%

@@ -50,11 +50,24 @@ def test_train_rows_and_table():
     assert train.select_rows(" reference, lag8-vccc ,") == ["reference", "lag8-vccc"]
     with pytest.raises(ValueError, match="unknown rows"):
         train.select_rows("sync-gae,bogus")
-    timings = [train.Timing("sync-gae", 1.0, 2.0, 200_000, 500.0),
+    timings = [train.Timing("sync-gae", 1.0, 2.0, 200_000, 500.0, warm_s=0.25),
                train.Timing("lag8-vccc", 1.5, 2.5, 200_000, 480.0)]
     table = train.format_table(timings).splitlines()
-    assert table[2] == "| sync-gae | 100.0k | 1.00x | 1.00 | 2.00 | 500.0 |"
-    assert table[3] == "| lag8-vccc | 80.0k | 0.80x | 1.50 | 2.50 | 480.0 |"
+    assert "compile s cold | compile s warm" in table[0]
+    assert table[2] == "| sync-gae | 100.0k | 1.00x | 1.00 | 0.25 | 2.00 | 500.0 |"
+    assert table[3] == "| lag8-vccc | 80.0k | 0.80x | 1.50 | - | 2.50 | 480.0 |"
     assert "25.0%" in train.footer(timings)
     assert train.footer(timings[:1]) == ""
     assert train.as_rows(timings)[1]["steps_per_s"] == pytest.approx(80_000.0)
+
+
+def test_compile_cold_then_warm_from_the_persistent_cache():
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.linspace(0.0, 1.0, 9)
+    before = jax.config.jax_compilation_cache_dir
+    compiled, cold, warm = train.compile_cold_warm(lambda v: jnp.cumsum(jnp.tanh(v)) * 2.0, (x,))
+    assert cold > 0 and warm is not None and warm > 0  # warm: loaded from the cache (a hit)
+    assert jnp.allclose(compiled(x), jnp.cumsum(jnp.tanh(x)) * 2.0)
+    assert jax.config.jax_compilation_cache_dir == before  # the private cache is gone again

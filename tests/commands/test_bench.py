@@ -7,7 +7,7 @@ import pytest
 from vccc_jax import cli
 from vccc_jax.commands import bench
 
-NAMES = ("estimators", "tabular", "train", "scale", "routes")
+NAMES = ("estimators", "tabular", "train", "scale", "routes", "device", "commands")
 
 
 def _one_line_error(capsys, argv, match):
@@ -47,7 +47,7 @@ def test_unknown_flag_is_one_line(name, capsys):
 
 
 def test_unknown_or_missing_benchmark(capsys):
-    _one_line_error(capsys, ["nope"], "expected one of estimators, tabular, train, scale, routes, got 'nope'")
+    _one_line_error(capsys, ["nope"], "expected one of estimators, tabular, train, scale, routes, device, commands, got 'nope'")
     _one_line_error(capsys, [], "got nothing")
 
 
@@ -75,5 +75,6 @@ def test_valid_flags_return_the_work_without_running_it():
     undecorated = bench.main.__wrapped__
     for argv in (["estimators", "--quick", "--sizes", "8,16"], ["tabular", "--small"],
                  ["train", "--rows", "reference,lag8-vccc", "--timesteps", "1024"],
-                 ["scale", "--devices", "1"], ["routes", "--routes", "exact,off", "--updates", "2"]):
+                 ["scale", "--devices", "1"], ["routes", "--routes", "exact,off", "--updates", "2"],
+                 ["device", "--out", "x", "--sections", "host,vtrace", "--budget", "60"]):
         assert callable(undecorated(argv)), argv

@@ -12,8 +12,13 @@ All rows run in the same process on the same inputs, one after the other:
   lag8-vtrace our trainer, K = 8, uniform lags, V-trace(0.95) critic
 
 Reference config (the issue's): CartPole-v1, 4 envs x 128 steps, 4 epochs x 4
-minibatches, 64-unit tanh MLPs, 5e5 env steps per seed. Compile time is the XLA
-``lower().compile()`` time of the whole training function; throughput is measured on the
+minibatches, 64-unit tanh MLPs, 5e5 env steps per seed. Compile time is the
+``jax.jit(...).lower().compile()`` time of the whole training function, twice (issue 22):
+**cold** with an empty persistent compilation cache (a private temporary directory, so
+the user's cache neither helps nor fills), then **warm**: the in-memory caches cleared
+(``jax.clear_caches()``, as in a new process) and the same function traced, lowered and
+loaded from that cache -- what a second ``vccc`` run of the same config pays now that
+``vccc`` keeps JAX's persistent cache on (``train.compile_cache``). Throughput is measured on the
 compiled executables, round-robin (every round runs every row once, so all rows see
 the same background load; odd rounds run the rows in reverse order), keeping each row's
 best of ``--repeats`` rounds; env steps of all seeds count. Each run is timed twice: wall
@@ -32,6 +37,7 @@ returns rows and strings only.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from typing import Callable, NamedTuple, Optional, Sequence
 
@@ -220,6 +226,7 @@ class Timing(NamedTuple):
     env_steps: int
     final_return: float
     cpu_s: Optional[float] = None  # best process CPU seconds of a run (None: not measured)
+    warm_s: Optional[float] = None  # compile with the persistent cache warm (None: no hit)
 
     @property
     def steps_per_s(self) -> float:
@@ -236,9 +243,10 @@ class Prepared(NamedTuple):
     name: str
     fn: object
     args: tuple
-    compile_s: float
+    compile_s: float  # cold: empty persistent cache
     env_steps: int
     final_return: object  # callable(output) -> float
+    warm_s: Optional[float] = None  # the same, loaded from the persistent cache
 
 
 def _compile(fn, args):
@@ -247,8 +255,38 @@ def _compile(fn, args):
     return compiled, time.perf_counter() - t0
 
 
-def prepare_reference(seeds: int, timesteps: int) -> Prepared:
-    cfg = dict(REFERENCE_CONFIG, TOTAL_TIMESTEPS=timesteps)
+_HIT = "/jax/compilation_cache/cache_hits"
+
+
+def compile_cold_warm(fn, args) -> tuple[object, float, Optional[float]]:
+    """(executable, cold seconds, warm seconds) of ``jax.jit(fn).lower(*args).compile()``:
+    cold into an empty private persistent cache, then warm from it after
+    ``jax.clear_caches()``. Warm is None when nothing was loaded from the cache (a backend
+    that cannot serialise executables)."""
+    from vccc_jax.train.compile_cache import using
+
+    hits = []
+
+    def listen(event, **_):
+        if event == _HIT:
+            hits.append(event)
+
+    with tempfile.TemporaryDirectory(prefix="vccc_bench_cache_") as d, using(d):
+        _, cold = _compile(fn, args)
+        jax.clear_caches()
+        jax.monitoring.register_event_listener(listen)
+        try:
+            compiled, warm = _compile(fn, args)
+        finally:
+            jax.monitoring.unregister_event_listener(listen)
+    return compiled, cold, (warm if hits else None)
+
+
+def prepare_reference(seeds: int, timesteps: int, num_envs: int = 4,
+                      warm: bool = True) -> Prepared:
+    """The reference at ``seeds`` seeds and ``num_envs`` envs (x 128 steps, 4 minibatches);
+    ``warm``: also measure the warm compile (:func:`compile_cold_warm`)."""
+    cfg = dict(REFERENCE_CONFIG, TOTAL_TIMESTEPS=timesteps, NUM_ENVS=num_envs)
     init, train = make_reference_train(cfg)
     if seeds == 1:  # as the single-file script is normally run: no vmap
         key = jax.random.PRNGKey(0)
@@ -256,7 +294,8 @@ def prepare_reference(seeds: int, timesteps: int) -> Prepared:
     else:
         keys = jax.random.split(jax.random.PRNGKey(0), seeds)
         fn, args = jax.vmap(train), (keys, jax.jit(lambda k: jax.lax.map(init, k))(keys))
-    compiled, compile_s = _compile(fn, args)
+    compiled, compile_s, warm_s = compile_cold_warm(fn, args) if warm else (
+        *_compile(fn, args), None)
 
     def final(out):
         info = out["metrics"]
@@ -264,11 +303,15 @@ def prepare_reference(seeds: int, timesteps: int) -> Prepared:
         rets = np.asarray(info["returned_episode_returns"])[-10:]
         return float(rets[done].mean()) if done.any() else float("nan")
 
-    steps = (timesteps // (4 * 128)) * 4 * 128 * seeds
-    return Prepared("reference (PureJaxRL-style)", compiled, args, compile_s, steps, final)
+    steps = (timesteps // (num_envs * 128)) * num_envs * 128 * seeds
+    return Prepared("reference (PureJaxRL-style)", compiled, args, compile_s, steps, final,
+                    warm_s)
 
 
-def prepare_trainer(name: str, seeds: int, timesteps: int, **overrides) -> Prepared:
+def prepare_trainer(name: str, seeds: int, timesteps: int, warm: bool = True,
+                    **overrides) -> Prepared:
+    """Our trainer (``TrainConfig`` fields in ``overrides``); ``warm``: also measure the
+    warm compile (:func:`compile_cold_warm`)."""
     from vccc_jax.train.trainer import TrainConfig, Trainer
 
     cfg = TrainConfig(total_timesteps=timesteps, num_seeds=seeds, **overrides)
@@ -279,12 +322,14 @@ def prepare_trainer(name: str, seeds: int, timesteps: int, **overrides) -> Prepa
     def run(s):
         return trainer._train_impl(s, jnp.asarray(0, jnp.int32), n)
 
-    compiled, compile_s = _compile(run, (state,))
+    compiled, compile_s, warm_s = compile_cold_warm(run, (state,)) if warm else (
+        *_compile(run, (state,)), None)
 
     def final(out):
         return float(np.nanmean(np.asarray(out[1]["return"])[-10:]))
 
-    return Prepared(name, compiled, (state,), compile_s, n * cfg.batch_size * seeds, final)
+    return Prepared(name, compiled, (state,), compile_s, n * cfg.batch_size * seeds, final,
+                    warm_s)
 
 
 def time_rows(rows: list[Prepared], repeats: int) -> list[Timing]:
@@ -301,7 +346,7 @@ def time_rows(rows: list[Prepared], repeats: int) -> list[Timing]:
             best_cpu[r.name] = min(best_cpu[r.name], time.process_time() - c0)
             finals[r.name] = r.final_return(out)
     return [Timing(r.name, r.compile_s, best[r.name], r.env_steps, finals[r.name],
-                   best_cpu[r.name]) for r in rows]
+                   best_cpu[r.name], r.warm_s) for r in rows]
 
 
 ROWS = {
@@ -315,16 +360,18 @@ ROWS = {
 def format_table(rows: list[Timing], base: str = "sync-gae") -> str:
     ref = {r.name: r for r in rows}.get(base)
     cpu = all(r.cpu_s is not None for r in rows)
-    head = "| run | env steps/s | vs sync-gae | compile s | run s | final return |"
-    rule = "|---|---:|---:|---:|---:|---:|"
+    head = ("| run | env steps/s | vs sync-gae | compile s cold | compile s warm | run s "
+            "| final return |")
+    rule = "|---|---:|---:|---:|---:|---:|---:|"
     if cpu:
         head += " cpu s | vs sync-gae (cpu) |"
         rule += "---:|---:|"
     lines = [head, rule]
     for r in rows:
         ratio = f"{r.steps_per_s / ref.steps_per_s:.2f}x" if ref else "-"
+        warm = "-" if r.warm_s is None else f"{r.warm_s:.2f}"
         line = (f"| {r.name} | {r.steps_per_s / 1e3:,.1f}k | {ratio} | {r.compile_s:.2f} | "
-                f"{r.run_s:.2f} | {r.final_return:.1f} |")
+                f"{warm} | {r.run_s:.2f} | {r.final_return:.1f} |")
         if cpu:
             cratio = f"{ref.cpu_s / r.cpu_s:.2f}x" if ref else "-"
             line += f" {r.cpu_s:.2f} | {cratio} |"
@@ -360,16 +407,22 @@ def header(timesteps: int, seeds: int, repeats: int) -> str:
 
 
 def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "truncate",
-            progress: Optional[Callable[[str], None]] = None) -> list[Prepared]:
-    """Compile every row in order (``progress`` gets one line per compiled row)."""
+            progress: Optional[Callable[[str], None]] = None, num_envs: int = 4,
+            warm: bool = True, **overrides) -> list[Prepared]:
+    """Compile every row in order, cold then (``warm``) warm (``progress`` gets one line
+    per compiled row). ``num_envs`` and ``overrides`` (TrainConfig fields) apply to our rows
+    (``num_envs`` to the reference too)."""
     prepared = []
     for name in names:
         if name == "reference":
-            prepared.append(prepare_reference(seeds, timesteps))
+            prepared.append(prepare_reference(seeds, timesteps, num_envs=num_envs, warm=warm))
         else:
-            prepared.append(prepare_trainer(name, seeds, timesteps, actor=actor, **ROWS[name]))
+            prepared.append(prepare_trainer(name, seeds, timesteps, warm=warm, actor=actor,
+                                            num_envs=num_envs, **{**ROWS[name], **overrides}))
         if progress is not None:
-            progress(f"  compiled {name} in {prepared[-1].compile_s:.2f}s")
+            p = prepared[-1]
+            progress(f"  compiled {name} in {p.compile_s:.2f}s cold"
+                     + ("" if p.warm_s is None else f", {p.warm_s:.2f}s warm"))
     return prepared
 
 

@@ -1,10 +1,13 @@
-"""``vccc bench estimators | tabular | train | scale``: flags and printing of the benchmarks.
+"""``vccc bench estimators | tabular | train | scale | routes | device | commands``: flags and
+printing of the benchmarks.
 
     vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--ceiling-mib M]
     vccc bench tabular    [--repeats N] [--min-time S] [--small]
     vccc bench train      [--seeds N] [--timesteps N] [--repeats N] [--rows a,b] [--actor K]
     vccc bench scale      [...]   (flags: ``vccc bench scale --help``)
     vccc bench routes     [--updates N] [--seeds N] [--repeats N] [--routes a,b] [--lag L] ...
+    vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
+    vccc bench commands   [--group start|comparators|all] [--only a,b] [--out FILE.md]
 
 The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
 this module parses, validates, prints the header before the (long) measurements, progress
@@ -27,6 +30,8 @@ SUMMARY = {
     "train": "env steps/s of the full trainer, lagged VCCC vs synchronous GAE",
     "scale": "the sharded trainer at 1, 2, 4, 8 ... devices (weak and strong scaling)",
     "routes": "decoupled pi_old routes: trainer speed, compiled memory, extra state vs exact",
+    "device": "everything a GPU/TPU host should measure, in one run: JSON + table in --out",
+    "commands": "wall and CPU time of the documented vccc commands, with the load",
 }
 
 
@@ -316,8 +321,90 @@ def routes(argv: list[str]) -> Callable[[], int]:
     return bench
 
 
+# --------------------------------------------------------------------------------------
+# device
+# --------------------------------------------------------------------------------------
+
+
+def device_parser() -> Parser:
+    from vccc_jax.benchmarks import device as b
+
+    p = Parser(prog=f"{PROG} device", description=b.__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="results/bench/device",
+                   help="directory for device.json and device.md (default results/bench/device)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--small", action="store_true", default=None,
+                      help="small sizes (the default on CPU): a smoke test of the script")
+    size.add_argument("--full", dest="small", action="store_false",
+                      help="full sizes even on CPU")
+    p.add_argument("--sections", default=None,
+                   help="comma-separated subset of: " + ",".join(b.SECTIONS))
+    p.add_argument("--budget", type=_positive(float), default=b.BUDGET_S,
+                   help=f"seconds for the whole run (default {b.BUDGET_S:.0f})")
+    return p
+
+
+def device(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import device as b
+
+    args = device_parser().parse_args(argv)
+    sections = b.select(args.sections)
+
+    def bench() -> int:
+        result = b.run(args.out, small=args.small, sections=sections, budget_s=args.budget,
+                       log=_err)
+        _out(b.format_report(result))
+        _out(f"\nwritten: {args.out}/device.json, {args.out}/device.md")
+        return 0
+
+    return bench
+
+
+# --------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------
+
+
+def commands_parser() -> Parser:
+    from vccc_jax.benchmarks import commands as b
+
+    p = Parser(prog=f"{PROG} commands", description=b.__doc__.split("\n\n")[0])
+    p.add_argument("--group", choices=(*b.GROUPS, "all"), default="start",
+                   help="which rows (default: start, a newcomer's first commands)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated rows instead: " + ",".join(r.name for r in b.ROWS))
+    p.add_argument("--out", default=None, help="also write the markdown table here")
+    p.add_argument("--timeout", type=_positive(float), default=None,
+                   help="seconds per command (default: none)")
+    return p
+
+
+def commands(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import commands as b
+    from vccc_jax.commands.common import output_file
+
+    args = commands_parser().parse_args(argv)
+    rows = b.select(args.only, None if args.group == "all" else args.group)
+    if args.out:
+        output_file(args.out, "--out")
+
+    def bench() -> int:
+        head = b.header()
+        _out(head)
+        results = b.run(rows, progress=_err, timeout=args.timeout)
+        table, tail = b.format_table(results), b.footer(results)
+        _out(table)
+        _out(tail)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(f"# Command times\n\n{head}\n\n{table}\n\n{tail}\n")
+        return 0 if all(r["returncode"] == 0 for r in results) else 1
+
+    return bench
+
+
 BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale,
-              "routes": routes}
+              "routes": routes, "device": device, "commands": commands}
 
 
 @guarded("bench")

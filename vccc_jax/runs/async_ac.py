@@ -207,16 +207,20 @@ def run_sweep(
     path = Path(results_dir) / f"{cfg['name']}.jsonl"
     prov = provenance()
     with ResultStore(path) as store:
-        bar = Progress(len(cells), done=sum(map(store.has, ids)), stream=stream,
-                       tty=None if progress else False,
-                       min_interval=5.0 if progress else float("inf"))
+        # one program per mode: a mode is the unit of work a shard owns (by its first cell)
+        unit = {c["mode"]: i for i, c in reversed(list(zip(ids, cells)))}
+        mine = [store.owns(unit[c["mode"]]) for c in cells]
+        bar = Progress(sum(mine), done=sum(store.has(i) for i, m in zip(ids, mine) if m),
+                       stream=stream, show=progress)
         for mode in cfg["modes"]:
-            if all(store.has(i) for i, c in zip(ids, cells) if c["mode"] == mode):
+            if not store.owns(unit[mode]) or all(
+                    store.has(i) for i, c in zip(ids, cells) if c["mode"] == mode):
                 continue
             bar.set_note(mode)
             t_mode = time.perf_counter()
             rows = run_grid(dict(cfg, modes=[mode]), on_chunk=on_chunk)
             per_cell = (time.perf_counter() - t_mode) / len(rows)
+            added = 0
             for row in rows:
                 cell = dict(row["cell"], grid=cfg)
                 cid = cell_id(cell)
@@ -225,7 +229,8 @@ def run_sweep(
                 meta = dict(prov, timings={"cell_s": round(per_cell, 4)})
                 with signals_deferred():
                     store.append({**row, "id": cid, "cell": cell, "meta": meta})
-                bar.advance(1)
+                added += 1
+            bar.advance(added)  # one step per mode (the first one, with its compile: warm-up)
         bar.close()
         rows = [store.row(i) for i in ids if store.has(i)]
     return path, rows

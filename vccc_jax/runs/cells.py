@@ -20,17 +20,19 @@ def run_cells(path: str | Path, cells: list[dict], run_cell: Callable[[dict], di
               label: str = "cells", note: Optional[Callable[[dict, dict], str]] = None,
               progress: bool = True, min_interval: float = 5.0,
               on_cell: Optional[Callable[[int, int, dict], None]] = None) -> list[dict]:
-    """Compute ``run_cell(cell) -> metrics`` for every cell not yet in the store at ``path``;
-    return the stored rows in cell order. ``note(cell, metrics)`` labels the progress bar;
+    """Compute ``run_cell(cell) -> metrics`` for every cell not yet in the store at ``path``
+    and owned by this writer's shard (``runs.store.sharded``); return the stored rows (of
+    every shard) in cell order. ``note(cell, metrics)`` labels the progress bar;
     ``on_cell(i, n, cell)`` is called before a cell is computed."""
     with ResultStore(path) as store:
         ids = [cell_id(c) for c in cells]
-        done = sum(store.has(i) for i in ids)
-        bar = (Progress(len(ids), done=done, label=label, min_interval=min_interval)
+        mine = [store.owns(i) for i in ids]
+        done = sum(store.has(i) for i, m in zip(ids, mine) if m)
+        bar = (Progress(sum(mine), done=done, label=label, min_interval=min_interval)
                if progress else None)
         try:
-            for i, (cell, cid) in enumerate(zip(cells, ids)):
-                if store.has(cid):
+            for i, (cell, cid, m) in enumerate(zip(cells, ids, mine)):
+                if store.has(cid) or not m:
                     continue
                 if on_cell is not None:
                     on_cell(i, len(ids), cell)

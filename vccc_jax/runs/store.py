@@ -1,34 +1,52 @@
-"""Append-only, crash-safe result store: one JSON line per sweep cell.
+"""Append-only, crash-safe result store: one JSON line per sweep cell, one file per writer.
+
+Layout (DESIGN.md section 8). The store named ``results/<name>.jsonl`` (the name every
+runner and reader uses) is a set of append-only files, one per writer: the unsharded
+writer's ``results/<name>.jsonl`` (the single-file store of earlier versions, unchanged)
+and the shard files ``results/<name>/shard-<i>-of-<N>.jsonl`` of ``--shard i/N`` writers.
+A reader takes their union by cell id (:func:`read_rows`, :func:`find_stores`). A unit of
+work (a cell, or a batch of cells computed by one program) belongs to shard
+``stable_hash(unit id) % N`` (:func:`shard_of`: sha256, never Python's salted ``hash``),
+so N writers own disjoint cells, each resumes alone, and the union is what one process
+would have written. Nothing is ever merged or rewritten.
 
 Guarantees (what ``vccc sweep`` relies on to resume after Ctrl-C or SIGKILL):
 
 * **Atomic rows.** A row is serialised first and then appended with a single
   ``os.write`` of one complete line (``O_APPEND``), followed by ``fsync``. A kill can only
   leave a *prefix* of the last line (without its trailing newline); :meth:`ResultStore.open`
-  truncates such a partial tail before anything new is appended, and :func:`read_rows`
-  ignores it. Complete lines are never rewritten.
+  truncates such a partial tail of its own file before anything new is appended, and
+  :func:`read_rows` ignores it. Complete lines are never rewritten.
 * **Keyed by content.** Every row carries ``id = cell_id(cell)``, a stable hash of the
   cell's full configuration (canonical JSON, sorted keys). A rerun skips every id already
-  present; a changed config gives new ids, so stale results are never reused by accident.
-  Should a duplicate id ever appear, the first row wins.
-* **One writer.** An exclusive ``flock`` on ``<store>.lock`` stops two sweeps from
-  appending to the same file at once.
+  present in any file of the store; a changed config gives new ids, so stale results are
+  never reused by accident. Should a duplicate id ever appear, the first row wins (the
+  unsharded file first, then shard files by (N, i)).
+* **One writer per file.** An exclusive ``flock`` on its file stops two processes from
+  appending to the same file at once; writers of different shards never wait. (On a file
+  system without locks, e.g. Lustre mounted without ``flock``, the check is skipped: give
+  each job its own ``--shard``.)
 
 Each row: ``{"id", "cell": {...full config...}, "metrics": {...}, "meta": {git revision,
 package versions, timings, ...}}`` (``runs.provenance``). :func:`table_rows` drops ``meta`` (timings differ run to
-run) and sorts by id: two runs of the same sweep, interrupted or not, give equal tables.
+run) and sorts by id: two runs of the same sweep, interrupted or not, sharded or not, give
+equal tables.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import errno
 import fcntl
 import hashlib
 import json
 import math
 import os
+import re
 import signal
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 
 def canonical_json(obj: Any) -> str:
@@ -56,12 +74,132 @@ def _jsonable(x: Any) -> Any:
     raise TypeError(f"cannot store value of type {type(x).__name__}: {x!r}")
 
 
-def _valid_prefix(data: bytes) -> tuple[list[dict], int]:
+# ------------------------------------------------------------------------------ shards
+
+_SHARD_FILE = re.compile(r"^shard-(\d+)-of-(\d+)\.jsonl$")
+
+
+def shard_of(key: str, count: int) -> int:
+    """The shard (of ``count``) that owns the unit of work ``key``: the first 8 bytes of
+    sha256(key) as a big-endian integer, mod ``count``. Stable across processes, machines
+    and Python versions (unlike the salted built-in ``hash``)."""
+    digest = hashlib.sha256(str(key).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % int(count)
+
+
+class Shard(NamedTuple):
+    """Shard ``index`` of ``count``: the writer of ``<name>/shard-<index>-of-<count>.jsonl``
+    (``Shard(0, 1)``, the default: the unsharded writer of ``<name>.jsonl``)."""
+
+    index: int = 0
+    count: int = 1
+
+    @property
+    def file_name(self) -> str:
+        return f"shard-{self.index}-of-{self.count}.jsonl"
+
+    def owns(self, key: str) -> bool:
+        """Whether this shard computes the unit of work ``key`` (a cell id)."""
+        return self.count == 1 or shard_of(key, self.count) == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str, flag: str = "--shard") -> Shard:
+    """``"i/N"`` -> ``Shard(i, N)`` with 0 <= i < N; ValueError naming ``flag`` otherwise."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if not m or not 0 <= int(m[1]) < int(m[2]):
+        raise ValueError(f"{flag} must be i/N with 0 <= i < N (e.g. 2/8), got {text!r}")
+    return Shard(int(m[1]), int(m[2]))
+
+
+_ACTIVE: contextvars.ContextVar[Shard] = contextvars.ContextVar("vccc_shard", default=Shard())
+
+
+def active_shard() -> Shard:
+    """The shard that stores opened without an explicit ``shard`` write (default 0/1)."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def sharded(shard: Shard) -> Iterator[Shard]:
+    """Within the block, every store opened without ``shard=`` is this shard's writer and
+    its runner computes only the units this shard owns (``vccc sweep|train --shard i/N``)."""
+    token = _ACTIVE.set(Shard(*shard))
+    try:
+        yield shard
+    finally:
+        _ACTIVE.reset(token)
+
+
+# ------------------------------------------------------------------------------ layout
+
+
+def store_dir(path: str | os.PathLike) -> Path:
+    """The shard directory of the store named ``path`` (``results/x.jsonl`` -> ``results/x``)."""
+    p = Path(path)
+    return p.with_name(p.name[: -len(".jsonl")]) if p.name.endswith(".jsonl") else p
+
+
+def single_file(path: str | os.PathLike) -> Path:
+    """The unsharded writer's file (``results/x.jsonl``; the whole store before sharding)."""
+    d = store_dir(path)
+    return d.with_name(d.name + ".jsonl")
+
+
+def shard_file(path: str | os.PathLike, shard: Shard) -> Path:
+    """The file that ``shard`` writes in the store named ``path``."""
+    if shard.count == 1:
+        return single_file(path)
+    return store_dir(path) / shard.file_name
+
+
+def shard_files(path: str | os.PathLike) -> list[Path]:
+    """The files of the store's ``--shard i/N`` writers, sorted by (N, i)."""
+    d = store_dir(path)
+    if not d.is_dir():
+        return []
+    found = [(int(m[2]), int(m[1]), f) for f in d.iterdir()
+             if (m := _SHARD_FILE.match(f.name)) and f.is_file()]
+    return [f for _, _, f in sorted(found)]
+
+
+def store_files(path: str | os.PathLike) -> list[Path]:
+    """Every file of the store named ``path``: the unsharded file (if any) first, then the
+    shard files. A path to a plain file that is not a store name reads as itself."""
+    p = Path(path)
+    if p.is_file() and not p.name.endswith(".jsonl"):
+        return [p]
+    single = single_file(p)
+    return ([single] if single.is_file() else []) + shard_files(p)
+
+
+def is_store(path: str | os.PathLike) -> bool:
+    return bool(store_files(path))
+
+
+def find_stores(results_dir: str | os.PathLike, pattern: str = "*") -> list[Path]:
+    """The names (``<dir>/<name>.jsonl``) of every store directly under ``results_dir``
+    whose ``<name>`` matches the glob ``pattern``: unsharded files and shard directories
+    (use it where a loader globbed ``*.jsonl``: a purely sharded run has no such file)."""
+    d = Path(results_dir)
+    if not d.is_dir():
+        return []
+    names = {f.name[: -len(".jsonl")] for f in d.glob(pattern + ".jsonl") if f.is_file()}
+    names |= {s.name for s in d.glob(pattern) if s.is_dir() and shard_files(s)}
+    return [d / f"{n}.jsonl" for n in sorted(names)]
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def _valid_prefix(data: bytes, where: str = "result store") -> tuple[list[dict], int]:
     """Parse complete lines; return (rows, byte length of the complete-line prefix).
 
     The final segment without a trailing newline is a partial write and is ignored. A
     complete line that is not valid JSON can only come from outside tampering or disk
-    corruption: it raises, naming the line.
+    corruption: it raises, naming the file and line.
     """
     rows: list[dict] = []
     end = data.rfind(b"\n") + 1  # 0 when there is no complete line
@@ -71,24 +209,31 @@ def _valid_prefix(data: bytes) -> tuple[list[dict], int]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as e:
-            raise ValueError(f"result store line {lineno} is not valid JSON: {e}") from e
+            raise ValueError(f"{where} line {lineno} is not valid JSON: {e}") from e
     return rows, end
 
 
-def read_rows(path: str | os.PathLike) -> list[dict]:
-    """All complete rows of a store file (first occurrence of each id), in file order."""
-    p = Path(path)
-    if not p.exists():
-        return []
-    rows, _ = _valid_prefix(p.read_bytes())
-    seen: set[str] = set()
-    out = []
-    for r in rows:
-        if r.get("id") in seen:
-            continue
-        seen.add(r.get("id"))
-        out.append(r)
+def _read_file(f: Path) -> list[dict]:
+    return _valid_prefix(f.read_bytes(), str(f))[0]
+
+
+def _union(files: Iterable[Path]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for f in files:
+        for r in _read_file(f):
+            out.setdefault(r.get("id"), r)
     return out
+
+
+def rows_by_id(path: str | os.PathLike) -> dict[str, dict]:
+    """{id: row} of a store: the union of its files, first occurrence of each id."""
+    return _union(store_files(path))
+
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    """All complete rows of a store (the union of its files, first occurrence of each id),
+    in file order."""
+    return list(rows_by_id(path).values())
 
 
 def table_rows(rows: Iterable[dict]) -> list[dict]:
@@ -99,60 +244,73 @@ def table_rows(rows: Iterable[dict]) -> list[dict]:
     )
 
 
+def load_results(path: str | os.PathLike) -> list[dict]:
+    """Rows of one store, or of every store directly under a directory that is not one."""
+    p = Path(path)
+    if p.is_dir() and not shard_files(p):
+        return [r for s in find_stores(p) for r in read_rows(s)]
+    return read_rows(p)
+
+
+# ------------------------------------------------------------------------------ writing
+
+
 class StoreLockedError(RuntimeError):
     pass
 
 
 class ResultStore:
-    """Append-only JSONL store; use as a context manager (holds the writer lock).
+    """One writer of a store: appends to its own file, sees the union of all files.
 
     >>> with ResultStore("results/tabular_default.jsonl") as store:
-    ...     if not store.has(cid):
+    ...     if store.owns(cid) and not store.has(cid):
     ...         store.append({"id": cid, "cell": cell, "metrics": m, "meta": meta})
+
+    ``shard`` (default :func:`active_shard`, i.e. 0/1) names the file written
+    (:func:`shard_file`); ``owns(key)`` says whether this writer computes a unit of work.
+    ``wait``: block until another process writing the same file closes it (else
+    :class:`StoreLockedError`).
     """
 
-    def __init__(self, path: str | os.PathLike, *, wait: bool = False):
+    def __init__(self, path: str | os.PathLike, *, shard: Shard | None = None,
+                 wait: bool = False):
         self.path = Path(path)
-        self.wait = wait  # block until another writer releases the lock (else raise)
+        self.shard = active_shard() if shard is None else Shard(*shard)
+        self.file = shard_file(self.path, self.shard)
+        self.wait = wait
         self._fd: int | None = None
-        self._lock_fd: int | None = None
         self._rows: dict[str, dict] = {}
 
     # -- lifecycle -------------------------------------------------------------------
     def open(self) -> "ResultStore":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        self._lock_fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.file, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o644)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
         except BlockingIOError as e:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+            os.close(fd)
             raise StoreLockedError(
-                f"another process is writing to {self.path} (lock {lock_path} is held)"
-            ) from e
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+                f"another process is writing to {self.file} (shard {self.shard} of the store "
+                f"{self.path})") from e
+        except OSError as e:  # a file system without locks (Lustre mounted without flock)
+            if e.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+                os.close(fd)
+                raise
         data = b""
-        while chunk := os.read(fd, 1 << 20):
+        while chunk := os.pread(fd, 1 << 20, len(data)):
             data += chunk
-        rows, end = _valid_prefix(data)
+        _, end = _valid_prefix(data, str(self.file))
         if end != len(data):  # a kill left a partial last line: drop it before appending
             os.ftruncate(fd, end)
             os.fsync(fd)
-        os.close(fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        for r in rows:
-            self._rows.setdefault(r["id"], r)
+        self._fd = fd
+        self._rows = rows_by_id(self.path)
         return self
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            os.close(self._fd)  # releases the lock
             self._fd = None
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
 
     def __enter__(self) -> "ResultStore":
         return self.open()
@@ -161,7 +319,12 @@ class ResultStore:
         self.close()
 
     # -- queries ---------------------------------------------------------------------
+    def owns(self, key: str) -> bool:
+        """Whether this writer computes the unit of work ``key`` (see :class:`Shard`)."""
+        return self.shard.owns(key)
+
     def has(self, cid: str) -> bool:
+        """Whether any file of the store (as read at open, plus this writer's rows) has it."""
         return cid in self._rows
 
     def row(self, cid: str) -> dict:
@@ -192,19 +355,6 @@ class ResultStore:
         os.fsync(self._fd)
         self._rows[row["id"]] = json.loads(line)
         return True
-
-
-def iter_store_files(results_dir: str | os.PathLike) -> Iterator[Path]:
-    """Every ``*.jsonl`` store under a results directory, sorted."""
-    yield from sorted(Path(results_dir).glob("*.jsonl"))
-
-
-def load_results(path: str | os.PathLike) -> list[dict]:
-    """Rows from a store file or from every store in a directory."""
-    p = Path(path)
-    if p.is_dir():
-        return [r for f in iter_store_files(p) for r in read_rows(f)]
-    return read_rows(p)
 
 
 class signals_deferred:

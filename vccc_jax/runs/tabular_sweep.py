@@ -29,7 +29,7 @@ from vccc_jax.runs.distributed import agree, is_main, open_store
 from vccc_jax.runs.progress import Progress
 from vccc_jax.runs.provenance import provenance
 from vccc_jax.runs.store import canonical_json, signals_deferred
-from vccc_jax.runs.tabular_config import Group, expand, num_cells
+from vccc_jax.runs.tabular_config import Group, expand
 from vccc_jax.tabular import critic, history
 from vccc_jax.tabular import mdp as mdp_mod
 from vccc_jax.tabular.critic_sgd import CriticSGDConfig
@@ -337,31 +337,37 @@ def run_sweep(
     """
     stream = sys.stderr if stream is None else stream
     groups = expand(cfg)
-    total = num_cells(groups)
     path = Path(results_dir) / f"{cfg['name']}.jsonl"
     prov = provenance()
     if mesh is not None and mesh.devices.size == 1 and jax.process_count() == 1:
         mesh = None  # one device: the plain program
     main = is_main()
     with jax.enable_x64(True), open_store(path, wait=wait_for_lock) as store:
-        done = sum(store.has(cid) for g in groups for cid, _ in g.cells)
+        # a group (one compiled program) is the unit of work a shard owns, by its first cell
+        mine = [store.owns(g.cells[0][0]) for g in groups]
+        total = sum(len(g.cells) for g, m in zip(groups, mine) if m)
+        done = sum(store.has(cid) for g, m in zip(groups, mine) if m for cid, _ in g.cells)
         show = progress and main
-        bar = Progress(total, done=done, stream=stream, tty=None if show else False,
-                       min_interval=5.0 if show else float("inf"))
-        todo = agree([any(not store.has(cid) for cid, _ in g.cells) for g in groups])
+        bar = Progress(total, done=done, stream=stream, show=show)
+        todo = agree([m and any(not store.has(cid) for cid, _ in g.cells)
+                      for g, m in zip(groups, mine)])
         for g, run in zip(groups, todo):
             if not run:
                 continue
             bar.set_note(g.key)
             metrics, timings = evaluate_group(g, cfg, mesh)
             per_cell = timings["total_s"] / len(g.cells)
+            added = 0
             for (cid, cell), m in zip(g.cells, metrics):
                 if store.has(cid):
                     continue
                 meta = dict(prov, timings=dict(timings, cell_s=round(per_cell, 4)))
                 with signals_deferred():
                     store.append({"id": cid, "cell": cell, "metrics": m, "meta": meta})
-                bar.advance(1)
+                added += 1
+            # ETA from compute only: compile and one-off setup (inputs, the family's policy
+            # history programs) are total_s - run_s
+            bar.advance(added, compile_s=timings["total_s"] - timings["run_s"])
         bar.close()
         rows = [store.row(cid) for g in groups for cid, _ in g.cells if store.has(cid)]
     return path, rows
