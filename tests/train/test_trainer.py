@@ -357,6 +357,16 @@ def test_cells_differing_only_in_values_share_one_compiled_program():
     assert Trainer(SMALL.replace(num_versions=4))._train is not a._train  # K is static
 
 
+def test_actor_table_row_clip_is_the_traced_actor_clip():
+    """A table row with a clip (seq_tis) reads actor_clip from the traced values, so cells
+    that share a program (actor_clip is traced) each weight with their own clip."""
+    a = Trainer(SMALL.replace(actor="seq_tis", actor_clip=1.5))
+    b = Trainer(SMALL.replace(actor="seq_tis", actor_clip=3.0))
+    assert a._train is b._train and a.actor_row_params["clip"] == np.float32(1.5)
+    with a.traced(b.values()):  # what the shared program sees when it runs cell b
+        assert float(a.actor_row_params["clip"]) == 3.0
+
+
 # -- chunked runs and checkpoints ---------------------------------------------------------
 
 
