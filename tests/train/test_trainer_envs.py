@@ -201,8 +201,11 @@ def test_actor_table_rows_in_the_learner(token_run):
         ratio = jnp.exp(lpp - lp_old) if name == "icepop" else lpp
         return -jnp.sum(jnp.asarray(w[name]) * ratio * a_n * mn) / mn.sum()
 
-    grads = jax.jit(lambda p: {k: (jax.grad(lambda q: t._actor_loss(q, b)[0])(p),
-                                   jax.grad(reference)(p, k))
+    def loss(p, t, b):  # advantages as the learner feeds them (normalised, masked, rescaled)
+        eff = effective_advantages(b.advantages[None], b.actor_w[None], True)[0]
+        return t._actor_loss(p, b._replace(advantages=eff))[0]
+
+    grads = jax.jit(lambda p: {k: (jax.grad(loss)(p, t, b), jax.grad(reference)(p, k))
                                for k, (t, b) in rows.items()})(one.actor_params)
     flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)])  # noqa: E731
     for name, (got, ref) in grads.items():

@@ -314,6 +314,10 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             return self._row_params
         return dict(self._row_params, clip=self._value("actor_clip"))
 
+    @actor_row_params.setter
+    def actor_row_params(self, params: dict):
+        self._row_params = dict(params)
+
     @property
     def ewma_decay(self):
         """PPO-EWMA rate (decoupled pi_old, issue 13): from the lag law's mean unless given."""
