@@ -88,6 +88,36 @@ def test_lag_zero_gives_exactly_zero_log_ratios():
     np.testing.assert_array_equal(traj.version[0], [1, 1, 0, 0])
 
 
+def test_common_table_acts_with_one_version_for_every_env():
+    """``lag.common_table``: two rows (the newest, the common lag L), 2 x B actor rows per
+    step whatever K; at L = 0 the log-ratios are exactly 0, at L = 1 the behaviour matches
+    the lag table's (K rows) to float32 rounding."""
+    env, env_params = gymnax.make("CartPole-v1")
+    net = Actor(2, (16,))
+    p0 = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+    buf = lag_lib.push(lag_lib.init_buffer(p0, 3), jax.tree_util.tree_map(
+        lambda x: 3.0 * x + 0.1, p0))
+    carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), B)
+    roll = functools.partial(rollout_lib.rollout, env, env_params, net.apply, num_steps=8)
+    common = jax.jit(lambda lag: roll(lag_lib.common_table(buf, lag), carry,
+                                      jax.random.PRNGKey(2), lags=jnp.full((B,), lag)))
+    table = lag_lib.common_table(buf, jnp.int32(1))
+    assert lag_lib.VersionTable is type(table) and table.num_rows == 2
+    _, at0 = common(jnp.int32(0))
+    log_pi = jnp.take_along_axis(at0.log_pi_all, at0.action[..., None], -1)[..., 0]
+    assert np.all(np.asarray(log_pi - at0.log_mu) == 0.0)
+    np.testing.assert_array_equal(at0.version, 1)
+    _, at1 = common(jnp.int32(1))
+    _, ref = jax.jit(roll)(buf, carry, jax.random.PRNGKey(2), lags=jnp.full((B,), 1))
+    np.testing.assert_array_equal(at1.action, ref.action)
+    np.testing.assert_array_equal(at1.version, 0)
+    np.testing.assert_allclose(at1.log_mu, ref.log_mu, atol=1e-6)
+    np.testing.assert_allclose(at1.log_pi_all, ref.log_pi_all, atol=1e-6)
+    with pytest.raises(ValueError, match="complete lag table"):
+        roll(table, carry, jax.random.PRNGKey(2), lags=jnp.ones((B,), jnp.int32),
+             switch_every=2)
+
+
 def _toy_rollout(env, steps=12, envs=3):
     params = env.default_params.replace(max_steps_in_episode=4)
     apply = lambda p, obs: jnp.broadcast_to(p, obs.shape[:-1] + (2,))  # noqa: E731
@@ -158,7 +188,9 @@ def test_mid_rollout_switches_act_with_newer_versions():
         switch_stride=2))(buf, carry, jax.random.PRNGKey(2), lags=jnp.array([5, 0], jnp.int32))
     np.testing.assert_array_equal(traj.version[::4, 0], [3, 5, 7, 8])
     np.testing.assert_array_equal(traj.version[:, 1], 8)
-    for t in range(16):
-        for b in range(2):
-            lp = jax.nn.log_softmax(net.apply(versions[int(traj.version[t, b])], traj.obs[t, b]))
-            np.testing.assert_allclose(traj.log_mu[t, b], lp[int(traj.action[t, b])], atol=2e-5)
+    # every version's log-probs at every logged state, in one batched call
+    stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *versions)
+    lp = np.asarray(jax.nn.log_softmax(jax.vmap(net.apply, (0, None))(stacked, traj.obs)))
+    t, b = np.meshgrid(np.arange(16), np.arange(2), indexing="ij")
+    expect = lp[np.asarray(traj.version), t, b, np.asarray(traj.action)]
+    np.testing.assert_allclose(traj.log_mu, expect, atol=2e-5)

@@ -12,10 +12,10 @@ from _scale_common import set_devices
 
 set_devices(4)
 
-# the tiny_config of _scale_common as flags (chunks of 2 updates, as the mesh worker runs)
+# the mesh worker's tiny_config(num_seeds=2) as flags (chunks of 2 updates, as it runs)
 FLAGS = ["--num-envs", "16", "--num-steps", "4", "--num-minibatches", "2", "--update-epochs",
          "1", "--hidden", "8", "--lag", "fixed:1", "--num-versions", "2", "--critic", "vccc",
-         "--total-timesteps", "256", "--eval-envs", "0", "--chunk", "2",
+         "--total-timesteps", "256", "--eval-envs", "0", "--num-seeds", "2", "--chunk", "2",
          "--checkpoint-every", "2", "--quiet", "--no-figure"]
 
 

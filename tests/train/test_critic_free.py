@@ -1,5 +1,6 @@
 """Critic-free trainer (GRPO / PS-PPO) on a tiny token env: rollout layout, prefix packing,
-staleness, learner memory. One trainer per law, shared by the module."""
+staleness, learner memory, runs as one compiled scan. One trainer per law, shared by the
+module (the mesh run: tests/train/test_sharding.py)."""
 import jax
 import numpy as np
 import pytest
@@ -40,6 +41,8 @@ def test_train_prefix_packing_and_staleness(trainers):
     assert ps.capacity < full.capacity and rows_ps[-1]["compute_rows"] == 6 * ps.capacity
     assert max(r["mean_lag"] for r in rows_ps[2:]) > 0  # staleness once versions exist
     assert np.isfinite(rows_ps[2]["exact_return"]) and np.isnan(rows_ps[0]["exact_return"])
+    # each run: two chunks of 3 updates, each ONE call of one compiled scan
+    assert ps.run._cache_size() == 1 and full.run._cache_size() == 1
 
 
 def test_learner_memory_is_smaller_with_prefix_sampling(trainers):

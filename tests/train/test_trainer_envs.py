@@ -11,6 +11,7 @@ from vccc_jax.envs.make import make_env
 from vccc_jax.train import exact_metrics
 from vccc_jax.train.config import TrainConfig
 from vccc_jax.train.learner import Batch as _Batch
+from vccc_jax.train.learner import effective_advantages
 from vccc_jax.train.trainer import Trainer
 
 TOKEN = "token:V=8,H=5,Q=3,C=3,P=2,m=1,tools=1,gamma=1,seed=1"
@@ -79,7 +80,12 @@ def test_tool_steps_get_no_actor_gradient(token_run):
     mb = _Batch(obs=obs, action=act, log_mu=lp, log_pi_old=lp, log_mu_all=log_all,
                 log_pi_old_all=log_all, advantages=jnp.linspace(-1, 1, n), targets=jnp.zeros(n),
                 critic_w=jnp.ones(n), actor_w=w)
-    grad = jax.jit(jax.grad(lambda p, b: tr._actor_loss(p, b)[0]))
+    def loss(p, b):  # advantages as the learner feeds them (normalised, masked, rescaled)
+        adv = effective_advantages(b.advantages[None], b.actor_w[None],
+                                   tr.config.normalize_advantages)[0]
+        return tr._actor_loss(p, b._replace(advantages=adv))[0]
+
+    grad = jax.jit(jax.grad(loss))
     flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)])  # noqa: E731
     g0 = flat(grad(one.actor_params, mb))
     masked = jnp.asarray(w == 0)
@@ -195,8 +201,11 @@ def test_actor_table_rows_in_the_learner(token_run):
         ratio = jnp.exp(lpp - lp_old) if name == "icepop" else lpp
         return -jnp.sum(jnp.asarray(w[name]) * ratio * a_n * mn) / mn.sum()
 
-    grads = jax.jit(lambda p: {k: (jax.grad(lambda q: t._actor_loss(q, b)[0])(p),
-                                   jax.grad(reference)(p, k))
+    def loss(p, t, b):  # advantages as the learner feeds them (normalised, masked, rescaled)
+        eff = effective_advantages(b.advantages[None], b.actor_w[None], True)[0]
+        return t._actor_loss(p, b._replace(advantages=eff))[0]
+
+    grads = jax.jit(lambda p: {k: (jax.grad(loss)(p, t, b), jax.grad(reference)(p, k))
                                for k, (t, b) in rows.items()})(one.actor_params)
     flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)])  # noqa: E731
     for name, (got, ref) in grads.items():

@@ -1,21 +1,29 @@
-"""``vccc bench scale``: the sharded trainer at 1, 2, 4, 8 ... devices (issue 10).
+"""``vccc bench scale``: the sharded trainer at 1, 2, 4, 8 ... devices (issues 10, 22).
 
-For every device count n (a (n, 1) mesh over the first n devices) and two regimes:
+For every device count n (a (n, 1) mesh; under ``jax.distributed`` n / processes devices of
+every process) and two regimes:
 
   weak    fixed envs per device: num_envs = n * --envs-per-device
   strong  fixed total batch:     num_envs = --total-envs (n must divide it)
 
 it reports updates/s and env steps/s of the compiled training step (best of ``--repeats``
-calls of ``--updates`` updates each, after a warm-up call), the AOT compile time
-(``jit(...).lower(...).compile()``) separately, and the collectives in the compiled HLO
-text (all-reduce / all-gather / reduce-scatter / collective-permute / all-to-all
-instructions; counted statically, so an op inside the minibatch loop counts once). The
-layout is that of :mod:`vccc_jax.train.sharding`: env axis over "data", params replicated
-(``--fsdp``: sharded), gradients reduced by compiler-inserted collectives.
+calls of ``--updates`` updates each, after a warm-up call), the speed-up over the first
+row of the same regime (env steps/s ratio: ideal n / n0 in BOTH regimes) and the efficiency
+(speed-up / (n / n0), ideal 1), the AOT compile time (``jit(...).lower(...).compile()``),
+the per-device memory of the compiled step (``memory_analysis``: temp + arguments) and the
+collectives of its HLO (all-reduce / all-gather / reduce-scatter / collective-permute /
+all-to-all) as EXECUTED counts per update: each instruction times the trip counts of the
+loops around it, split into the env-step loop (T trips per update: the column "per env
+step x T"), the learner and the rest. The layout is that of :mod:`vccc_jax.train.sharding`:
+env axis over "data", params replicated (``--fsdp``: sharded), gradients reduced by
+compiler-inserted collectives.
 
-The same script runs on CPU, GPU or TPU and prints the device kind; on fake CPU devices
+Defaults measure throughput on an accelerator (2048 envs per device, T = 128, hidden 64,
+4 epochs x 4 minibatches); ``--small`` is a CPU / test size (4 envs per device, T = 16,
+hidden 16, 1 epoch x 2 minibatches, 2 updates x 1 repeat). The same script runs on CPU, GPU
+or TPU and prints the device kind; on fake CPU devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=8``) the numbers prove only that the
-sharded program runs and which collectives it uses — the devices share the host's cores.
+sharded program runs and which collectives it uses: the devices share the host's cores.
 """
 
 from __future__ import annotations
@@ -35,9 +43,11 @@ class Row(NamedTuple):
     step_s: float
     updates_per_s: float
     env_steps_per_s: float
-    collectives: dict
-    by_loop: dict = {}
-    per_env_step: dict = {}
+    collectives: dict  # static instruction counts of the whole compiled step
+    by_loop: dict = {}  # static counts by loop nest
+    per_env_step: dict = {}  # EXECUTED per update inside the env-step loop (static x T)
+    per_update: dict = {}  # EXECUTED per update, every loop
+    memory_bytes: dict = {}  # per device: temp, argument, output (memory_analysis)
 
 
 def count_collectives(hlo_text: str) -> dict:
@@ -129,18 +139,46 @@ def collectives_by_loop(hlo_text: str) -> dict:
     return out
 
 
+def _trips(path: tuple) -> int:
+    """Product of the trip counts of a loop nest (an unknown count ``?`` counts as 1)."""
+    out = 1
+    for label in path:
+        trip = label.rpartition(":")[2]
+        out *= int(trip) if trip.isdigit() else 1
+    return out
+
+
+def _is_env_step(path: tuple, num_steps: int) -> bool:
+    return any(p.endswith(f":{num_steps}") for p in path[1:])
+
+
 def env_step_collectives(by_loop: dict, num_steps: int) -> dict:
-    """Collectives inside a loop of ``num_steps`` trips nested in the update loop: the
-    rollout's per-env-step loop (and any reverse scan over the T steps of the targets),
+    """STATIC collectives inside a loop of ``num_steps`` trips nested in the update loop:
+    the rollout's per-env-step loop (and any reverse scan over the T steps of the targets),
     summed over such loop nests. XLA's scope names of loops are not reliable after
     optimisation, so the trip count identifies them; keep T distinct from the epoch and
     minibatch counts."""
     total = dict.fromkeys(COLLECTIVES, 0)
     for path, counts in by_loop.items():
-        if any(p.endswith(f":{num_steps}") for p in path[1:]):
+        if _is_env_step(path, num_steps):
             for k, v in counts.items():
                 total[k] += v
     return total
+
+
+def executed_collectives(by_loop: dict, num_updates: int, num_steps: int) -> tuple[dict, dict]:
+    """(inside the env-step loops, everywhere) collectives EXECUTED per update: every
+    instruction's static count times the trip counts of the loops around it, over the
+    ``num_updates`` updates of one call."""
+    step, every = dict.fromkeys(COLLECTIVES, 0), dict.fromkeys(COLLECTIVES, 0)
+    for path, counts in by_loop.items():
+        n = _trips(path)
+        for k, v in counts.items():
+            every[k] += v * n
+            if _is_env_step(path, num_steps):
+                step[k] += v * n
+    per = lambda d: {k: v / num_updates for k, v in d.items()}  # noqa: E731
+    return per(step), per(every)
 
 
 # The flags of `vccc bench scale` (commands/bench.py builds its parser from these):
@@ -149,10 +187,10 @@ FLAGS = (
     ("--devices", str, "1,2,4,8",
      "comma-separated device counts (those above the available are skipped)"),
     ("--regimes", str, "weak,strong", "weak (fixed envs per device) and/or strong (fixed total)"),
-    ("--envs-per-device", int, 4, "weak scaling: envs per device"),
+    ("--envs-per-device", int, 2048, "weak scaling: envs per device"),
     ("--total-envs", int, 0, "strong scaling batch (default: max devices x envs per device)"),
     ("--env", str, "CartPole-v1", "gymnax environment"),
-    ("--steps", int, 128, "rollout length T"),
+    ("--steps", int, 128, "rollout length T (keep it distinct from epochs and minibatches)"),
     ("--updates", int, 8, "updates per timed call"),
     ("--repeats", int, 3, "timed calls (best is reported)"),
     ("--epochs", int, 4, "learner epochs per update"),
@@ -162,7 +200,11 @@ FLAGS = (
     ("--critic", str, "vccc", "critic target"),
     ("--seeds", int, 1, "vmapped seeds"),
 )
-# store_true flags: --fsdp (shard params over "data")
+# store_true flags: --fsdp (shard params over "data"), --small (SMALL: a CPU / test size)
+
+#: ``--small``: the sizes it sets (a CPU or test run; explicit flags still win)
+SMALL = {"envs_per_device": 4, "steps": 16, "hidden": 16, "epochs": 1, "minibatches": 2,
+         "updates": 2, "repeats": 1}
 
 
 def defaults() -> dict:
@@ -172,17 +214,28 @@ def defaults() -> dict:
     return out
 
 
-def plan(args, avail: int) -> tuple[list[tuple[str, int, int]], list[str]]:
+def apply_small(args, given: set) -> None:
+    """``--small``: set the :data:`SMALL` sizes on ``args`` except the flags in ``given``."""
+    for k, v in SMALL.items():
+        if k not in given:
+            setattr(args, k, v)
+
+
+def plan(args, avail: int, processes: int = 1) -> tuple[list[tuple[str, int, int]], list[str]]:
     """(the measurements to run as (regime, devices, num_envs), "# skip ..." messages).
 
-    ValueError when no requested device count fits the ``avail`` devices or a regime is
-    unknown."""
+    Under ``processes`` > 1 a device count must be a multiple of it (every process takes
+    part). ValueError when no requested device count fits the ``avail`` devices or a regime
+    is unknown."""
     counts = [int(x) for x in str(args.devices).split(",") if x.strip()]
-    counts = [n for n in counts if n <= avail]
+    skipped = [f"# skip n={n}: not a multiple of the {processes} processes"
+               for n in counts if n <= avail and n % processes]
+    counts = [n for n in counts if n <= avail and n % processes == 0]
     if not counts:
-        raise ValueError(f"no device count in {args.devices!r} fits the {avail} available")
+        raise ValueError(f"no device count in {args.devices!r} fits the {avail} available"
+                         + (f" as a multiple of {processes} processes" if processes > 1 else ""))
     total = args.total_envs or max(counts) * args.envs_per_device
-    todo, skipped = [], []
+    todo = []
     for regime in [r.strip() for r in str(args.regimes).split(",") if r.strip()]:
         if regime not in ("weak", "strong"):
             raise ValueError(f"regime {regime!r}: expected weak or strong")
@@ -193,6 +246,17 @@ def plan(args, avail: int) -> tuple[list[tuple[str, int, int]], list[str]]:
                 continue
             todo.append((regime, n, envs))
     return todo, skipped
+
+
+def devices_for(n: int) -> list:
+    """The n devices of a measurement: the first n / processes of every process."""
+    import jax
+
+    per = n // jax.process_count()
+    by_proc: dict = {}
+    for d in jax.devices():
+        by_proc.setdefault(d.process_index, []).append(d)
+    return [d for p in sorted(by_proc) for d in by_proc[p][:per]]
 
 
 def header(args, avail: int, device, processes: int = 1, jax_version: str = "") -> str:
@@ -209,9 +273,10 @@ def header(args, avail: int, device, processes: int = 1, jax_version: str = "") 
 
 
 def measure(args, regime: str, n: int, num_envs: int, progress=None) -> Row:
-    """One row: AOT compile time, best-of-``repeats`` step time, collectives (total and by
-    loop nest). ``args``: any object with the :data:`FLAGS` attributes (and ``fsdp``);
-    ``progress(text)`` hears "  weak n=2: compiled in ...s"."""
+    """One row: AOT compile time, best-of-``repeats`` step time, per-device memory,
+    collectives (static, by loop nest, executed per update). ``args``: any object with the
+    :data:`FLAGS` attributes (and ``fsdp``); ``progress(text)`` hears "  weak n=2: compiled
+    in ...s"."""
     import jax
     import jax.numpy as jnp
 
@@ -223,7 +288,7 @@ def measure(args, regime: str, n: int, num_envs: int, progress=None) -> Row:
                       update_epochs=args.epochs, num_minibatches=args.minibatches,
                       hidden=args.hidden, lag=args.lag, critic=args.critic,
                       num_seeds=args.seeds, eval_envs=0)
-    st = sh.ShardedTrainer(Trainer(cfg), sh.make_mesh((n, 1), jax.devices()[:n]), fsdp=args.fsdp)
+    st = sh.ShardedTrainer(Trainer(cfg), sh.make_mesh((n, 1), devices_for(n)), fsdp=args.fsdp)
     t0 = time.perf_counter()
     compiled = st.lower(args.updates).compile()
     compile_s = time.perf_counter() - t0
@@ -232,53 +297,75 @@ def measure(args, regime: str, n: int, num_envs: int, progress=None) -> Row:
     text = compiled.as_text()
     counts = count_collectives(text)
     by_loop = collectives_by_loop(text)
+    per_step, per_update = executed_collectives(by_loop, args.updates, args.steps)
+    mem = compiled.memory_analysis()
+    memory = {"temp": int(mem.temp_size_in_bytes), "argument": int(mem.argument_size_in_bytes),
+              "output": int(mem.output_size_in_bytes)}
     state = st.init()
+    values = st.values()
     start = 0
-    state, _ = compiled(state, jnp.asarray(start, jnp.int32))  # warm-up
+    state, _ = compiled(state, jnp.asarray(start, jnp.int32), values)  # warm-up
     jax.block_until_ready(state)
     best = float("inf")
     for _ in range(args.repeats):
         start += args.updates
         t0 = time.perf_counter()
-        state, m = compiled(state, jnp.asarray(start, jnp.int32))
+        state, m = compiled(state, jnp.asarray(start, jnp.int32), values)
         jax.block_until_ready((state, m))
         best = min(best, time.perf_counter() - t0)
     steps = args.updates * num_envs * args.steps * args.seeds
     return Row(regime, n, num_envs, compile_s, best, args.updates / best, steps / best, counts,
-               by_loop, env_step_collectives(by_loop, args.steps))
+               by_loop, per_step, per_update, memory)
+
+
+def _fmt(counts: dict) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in counts.items() if v) or "none"
 
 
 def format_loops(row: Row) -> str:
-    """One line: the collectives of each loop nest (trip counts outermost first)."""
+    """One line: the collectives of each loop nest (static; trip counts outermost first)."""
     parts = []
     for path, counts in sorted(row.by_loop.items(), key=lambda kv: (len(kv[0]), str(kv[0]))):
         where = "top" if not path else " > ".join(path)
         parts.append(f"{where}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
     step = sum(row.per_env_step.values())
-    parts.append(f"per env step: {step}" if step else "per env step: none")
+    parts.append(f"per env step: {step:g} executed per update" if step else "per env step: none")
     return f"{row.regime} n={row.devices}: " + " | ".join(parts)
 
 
-def format_table(rows: list[Row]) -> str:
-    head = (f"{'regime':7s} {'dev':>3s} {'envs':>5s} {'compile s':>9s} {'updates/s':>10s} "
-            f"{'env steps/s':>12s} {'speed-up':>8s}  collectives (static HLO count)")
-    lines = [head, "-" * len(head)]
-    base = {}
+def speed_ups(rows: list[Row]) -> list[tuple[float, float]]:
+    """(speed-up, efficiency) per row: env steps/s over the FIRST row of the same regime
+    (n0 devices; ideal n / n0 in both regimes: weak scaling adds work with devices, strong
+    keeps it), efficiency = speed-up / (n / n0) (ideal 1)."""
+    base: dict = {}
+    out = []
     for r in rows:
-        base.setdefault(r.regime, r)
-        b = base[r.regime]
-        # weak scaling: throughput ratio over n x the 1-device one; strong: time ratio
+        b = base.setdefault(r.regime, r)
         speed = r.env_steps_per_s / b.env_steps_per_s
-        coll = ", ".join(f"{k} {v}" for k, v in r.collectives.items() if v) or "none"
-        lines.append(f"{r.regime:7s} {r.devices:3d} {r.num_envs:5d} {r.compile_s:9.2f} "
-                     f"{r.updates_per_s:10.2f} {r.env_steps_per_s:12.0f} {speed:8.2f}  {coll}")
+        out.append((speed, speed / (r.devices / b.devices)))
+    return out
+
+
+def format_table(rows: list[Row]) -> str:
+    head = (f"{'regime':7s} {'dev':>3s} {'envs':>6s} {'compile s':>9s} {'updates/s':>10s} "
+            f"{'env steps/s':>12s} {'speed-up':>8s} {'eff':>5s} {'MiB/dev':>8s}  "
+            "collectives executed per update: env-step loop (x T) | all")
+    lines = [head, "-" * len(head)]
+    for r, (speed, eff) in zip(rows, speed_ups(rows)):
+        mb = (r.memory_bytes.get("temp", 0) + r.memory_bytes.get("argument", 0)) / 2 ** 20
+        lines.append(f"{r.regime:7s} {r.devices:3d} {r.num_envs:6d} {r.compile_s:9.2f} "
+                     f"{r.updates_per_s:10.2f} {r.env_steps_per_s:12.0f} {speed:8.2f} "
+                     f"{eff:5.2f} {mb:8.3g}  {_fmt(r.per_env_step)} | {_fmt(r.per_update)}")
+    lines.append("# speed-up: env steps/s over the first row of its regime (ideal n / n0 in "
+                 "both regimes); eff = speed-up / (n / n0); MiB/dev: temp + argument bytes "
+                 "(memory_analysis)")
     return "\n".join(lines)
 
 
 def loops_footer(rows: list[Row]) -> str:
     """The per-loop collective lines printed after the table."""
-    return "\n".join(["# collectives by loop nest (scope:trip, outermost first; per env "
-                      "step = loops of T trips inside the update loop)"]
+    return "\n".join(["# static collectives by loop nest (scope:trip, outermost first; per "
+                      "env step = loops of T trips inside the update loop)"]
                      + [format_loops(r) for r in rows])
 
 
@@ -286,9 +373,10 @@ def as_json(rows: list[Row], args, device, processes: int = 1, jax_version: str 
     """{"meta", "rows"} for ``--json`` (read by plotting/scaling.py)."""
     return {"meta": {"device_kind": device.device_kind, "platform": device.platform,
                      "jax": jax_version, "processes": processes, "env": args.env,
-                     "steps": args.steps,
+                     "steps": args.steps, "hidden": args.hidden,
+                     "envs_per_device": args.envs_per_device,
                      "note": ("fake CPU devices: correctness only"
                               if device.platform == "cpu" else "")},
-            "rows": [dict(r._asdict(), by_loop={" > ".join(k) or "top": v
-                                                for k, v in r.by_loop.items()})
-                     for r in rows]}
+            "rows": [dict(r._asdict(), speed_up=sp, efficiency=eff,
+                          by_loop={" > ".join(k) or "top": v for k, v in r.by_loop.items()})
+                     for r, (sp, eff) in zip(rows, speed_ups(rows))]}

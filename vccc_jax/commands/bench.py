@@ -210,33 +210,51 @@ def scale_parser() -> Parser:
         p.add_argument(flag, type=_positive(kind) if kind is int and default else kind,
                        default=default, help=f"{help_} (default {default})")
     p.add_argument("--fsdp", action="store_true", help="shard params over the data axis")
+    p.add_argument("--small", action="store_true",
+                   help="a CPU / test size: " + ", ".join(f"--{k.replace('_', '-')} {v}"
+                                                          for k, v in b.SMALL.items()))
     p.add_argument("--json", default=None, help="also write the rows as JSON to this path")
+    from vccc_jax.commands.train import add_distributed_flags
+
+    add_distributed_flags(p)
     return p
 
 
 def scale(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.commands.train import start_distributed
+
+    start_distributed(argv)  # multi-host: before anything touches a jax backend
     import jax
 
     from vccc_jax.benchmarks import scale as b
 
-    args = scale_parser().parse_args(argv)
+    parser = scale_parser()
+    args = parser.parse_args(argv)
+    if args.small:
+        given = {a.dest for a in parser._actions
+                 if any(opt in argv or any(x.startswith(opt + "=") for x in argv)
+                        for opt in a.option_strings)}
+        b.apply_small(args, given)
     avail = jax.device_count()
     try:
-        todo, skipped = b.plan(args, avail)
+        todo, skipped = b.plan(args, avail, jax.process_count())
     except ValueError as err:
         raise UsageError(str(err)) from None
+    main = jax.process_index() == 0
 
     def bench() -> int:
         import json
 
         device = jax.devices()[0]
-        _out(b.header(args, avail, device, jax.process_count(), jax.__version__))
+        say = _out if main else (lambda line: None)
+        say(b.header(args, avail, device, jax.process_count(), jax.__version__))
         for line in skipped:
-            _err(line)
-        rows = [b.measure(args, regime, n, envs, progress=_err) for regime, n, envs in todo]
-        _out(b.format_table(rows))
-        _out(b.loops_footer(rows))
-        if args.json:
+            say(line)
+        rows = [b.measure(args, regime, n, envs, progress=_err if main else None)
+                for regime, n, envs in todo]
+        say(b.format_table(rows))
+        say(b.loops_footer(rows))
+        if args.json and main:
             with open(args.json, "w") as f:
                 json.dump(b.as_json(rows, args, device, jax.process_count(), jax.__version__),
                           f, indent=1)

@@ -11,7 +11,7 @@ Grid (``kind = "train"`` experiment; flags override its ``[base]``)::
 Scaling (issue 10; README "Scaling")::
 
     vccc train ... --devices 8                      # (8, 1) mesh: envs over "data"
-    vccc train ... --mesh data=4,model=2 --fsdp     # params sharded over "data" too
+    vccc train ... --mesh data=4,seed=2 --num-seeds 2 --fsdp  # seeds over "seed", FSDP
     vccc train ... --coordinator HOST:PORT --num-processes 2 --process-id I   # each host
     vccc train ... --out DIR --resume            # continue DIR's run bit for bit (orbax)
 
@@ -114,8 +114,9 @@ def add_mesh_flags(p) -> None:
     """--devices / --mesh (shared with ``vccc sweep``)."""
     p.add_argument("--devices", type=int, default=None,
                    help="use the first N devices as an (N, 1) mesh (default: all devices)")
-    p.add_argument("--mesh", default=None, metavar="data=D,model=M",
-                   help="mesh shape over named axes (default: data=<devices>,model=1)")
+    p.add_argument("--mesh", default=None, metavar="data=D,seed=S",
+                   help="mesh shape over named axes: envs over data, seeds over seed "
+                   "(default: data=<devices>,seed=1)")
 
 
 def start_distributed(argv: Optional[list[str]]) -> bool:
@@ -280,12 +281,18 @@ def _prepare(argv: list[str]):
                           "dry_run")}
     from vccc_jax.runs import critic_free as runs_cf
 
-    if runs_cf.wants(given, exp):
-        cf_exp = runs_cf.from_flags(given, exp)
+    if runs_cf.wants(given, exp):  # --devices / --mesh: episodes over "data"
+        cf_exp = runs_cf.from_flags({k: v for k, v in given.items()
+                                     if k not in ("devices", "mesh")}, exp)
         cf_out = Path(args.out or "results")
+        on_mesh = "devices" in given or "mesh" in given
+        cf_mesh = []  # the mesh, made after the distributed start
+
         run = scaled("train", main, argv, args,
-                     lambda: _interruptible(_critic_free, cf_exp, cf_out, args), cf_out)
+                     lambda: _interruptible(_critic_free, cf_exp, cf_out, args, cf_mesh[0]),
+                     cf_out)
         start_distributed(argv)
+        cf_mesh.append(mesh_of(args) if on_mesh else None)
         return run
     if exp is not None and exp.kind != "train":
         raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with `vccc sweep`, not `vccc train`")
@@ -312,7 +319,7 @@ def _prepare(argv: list[str]):
         from vccc_jax.train.sharding import check_divisible
 
         for c in cells:
-            check_divisible(c.num_envs, args.mesh_obj)
+            check_divisible(c.num_envs, args.mesh_obj, c.num_seeds)
         return scaled("train", main, argv, args,
                       lambda: _interruptible(_grid, exp.name, cells, out, args), out)
     if args.dry_run:
@@ -337,7 +344,7 @@ def _prepare(argv: list[str]):
     cfg = runs_train.config_from(fields, where)
     from vccc_jax.train.sharding import check_divisible
 
-    check_divisible(cfg.num_envs, args.mesh_obj)
+    check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
     # every check passed: only now touch the file system
     if out is None:
         out = run_dir.new_dir(Path("results") / "train", run_dir.run_name(fields))
@@ -482,7 +489,7 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
     return 0
 
 
-def _critic_free(exp, out: Path, args) -> int:
+def _critic_free(exp, out: Path, args, mesh=None) -> int:
     """A ``critic_free`` grid (``runs.critic_free``): progress on stderr, the sweep's table."""
     import time
 
@@ -506,7 +513,7 @@ def _critic_free(exp, out: Path, args) -> int:
               f"kept {row['kept_fraction']:.2f}", file=sys.stderr, flush=True)
 
     path, rows = runs_cf.run_grid(exp, out, progress=not args.quiet, on_cell=on_cell,
-                                  on_update=on_update)
+                                  on_update=on_update, mesh=mesh)
     print(runs_cf.format_table(runs_cf.summarize(rows)))
     print("\n" + runs_cf.footer(exp, rows, path, time.perf_counter() - t0))
     if not args.no_figure and rows:

@@ -15,6 +15,11 @@ trainer:
   environment with ``jax.random``.
 * :func:`switch_lags`: optional mid-rollout switches — every ``m`` steps an environment
   receives newer weights, so one trajectory mixes versions (mu_3 -> mu_5 -> mu_8, §3.4).
+* :class:`VersionTable`: the V versions one rollout acts with (row 0 the newest), so a
+  rollout evaluates the actor once per VERSION ([V, B] rows, memory O(V x params)) instead
+  of gathering a copy of the params per env (O(B x params)): :func:`lag_table` (rows = lags
+  0..V-1, any per-env lags and mid-rollout switches) or :func:`common_table` (rows = the
+  newest and one common lag: every env acts with the same version, as under ``fixed:L``).
 
 Conventions: version ids count pushes (the initial parameters are version 0; after learner
 update k the buffer holds version k + 1). Lag 0 is the newest version.
@@ -199,11 +204,20 @@ class LagLaw:
             idx = (step * num_envs + jnp.arange(num_envs, dtype=jnp.int32)) % len(self.trace)
             lags = jnp.minimum(trace[idx], num_versions - 1)
         else:
-            pmf = self.pmf(num_versions)
-            logits = jnp.asarray(np.where(pmf > 0, np.log(np.maximum(pmf, 1e-300)), -np.inf),
-                                 jnp.float32)
-            lags = jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
+            lags = sample_from_logits(key, jnp.asarray(self.logits(num_versions)), num_envs)
         return cap_lags(lags, available)
+
+    def logits(self, num_versions: int) -> np.ndarray:
+        """log pmf (float32 [K], -inf off the support): what :func:`sample_from_logits` draws
+        from. A traced input of the trainer's program (``train.trainer.program_values``), so
+        runs that differ only in the law's parameter share one compiled program."""
+        pmf = self.pmf(num_versions)
+        return np.where(pmf > 0, np.log(np.maximum(pmf, 1e-300)), -np.inf).astype(np.float32)
+
+
+def sample_from_logits(key: Array, logits: Array, num_envs: int) -> Array:
+    """One lag per env from the law with log pmf ``logits`` [K] (``LagLaw.logits``): int32."""
+    return jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
 
 
 def cap_lags(lags: Array, available: Optional[Array]) -> Array:
@@ -309,3 +323,62 @@ def gather(buffer: VersionBuffer, lags: Array) -> Any:
     chex.assert_rank(lags, 1)
     s = slots(buffer, lags)
     return jax.tree_util.tree_map(lambda buf: jnp.take(buf, s, axis=0), buffer.params)
+
+
+# --------------------------------------------------------------------------------------
+# The versions one rollout acts with
+# --------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class VersionTable:
+    """The V actor versions a rollout acts with; row 0 is the newest (lag 0).
+
+    Attributes:
+      params: pytree, leaves [V, *leaf_shape].
+      row_lag: int32 [V] the (capped) lag each row holds.
+      version: int32 [V] the version id each row holds.
+      complete: static; True when row j holds lag j for j < V (:func:`lag_table`), so an env
+        at lag l acts with row min(l, V - 1) and lags may change mid-rollout; False for
+        :func:`common_table`, whose rows hold lags {0, L} only.
+    """
+
+    params: Any
+    row_lag: Array
+    version: Array
+    complete: bool = struct.field(pytree_node=False, default=True)
+
+    @property
+    def num_rows(self) -> int:
+        return self.row_lag.shape[0]
+
+    def rows(self, lags: Array) -> Array:
+        """The row each env acts with for its (capped) lag, int32 [B]."""
+        lags = jnp.asarray(lags, jnp.int32)
+        if self.complete:
+            return jnp.clip(lags, 0, self.num_rows - 1)
+        # the first row holding the lag (row 0 when it is 0: the behaviour row IS the newest)
+        return jnp.argmax(lags[:, None] == self.row_lag[None, :], axis=1).astype(jnp.int32)
+
+
+def _table(buffer: VersionBuffer, lags: Array, complete: bool) -> VersionTable:
+    lags = jnp.clip(jnp.asarray(lags, jnp.int32), 0, available(buffer) - 1)
+    return VersionTable(params=gather(buffer, lags), row_lag=lags,
+                        version=version_ids(buffer, lags), complete=complete)
+
+
+def lag_table(buffer: VersionBuffer, num_lags: Optional[int] = None) -> VersionTable:
+    """Rows = lags 0..num_lags-1 (default: every slot of the ring), capped by the versions
+    pushed so far (early rows repeat the oldest available version)."""
+    num_lags = buffer.num_versions if num_lags is None else int(num_lags)
+    if not 1 <= num_lags <= buffer.num_versions:
+        raise ValueError(f"num_lags must be in [1, {buffer.num_versions}], got {num_lags}")
+    return _table(buffer, jnp.arange(num_lags, dtype=jnp.int32), True)
+
+
+def common_table(buffer: VersionBuffer, lag: Array) -> VersionTable:
+    """Two rows, the newest and the version ``lag`` (a scalar, traced or not) updates old:
+    every env acts with the same version (``fixed:L`` laws), at 2 x B rows per step."""
+    lag = jnp.asarray(lag, jnp.int32)
+    chex.assert_rank(lag, 0)
+    return _table(buffer, jnp.stack([jnp.zeros_like(lag), lag]), False)

@@ -15,8 +15,8 @@ environments. Each step records, time-major ``[T, B, ...]``:
   (actions are discrete), which score centering (Eq 13) and Z(s) (§4.2) need;
 * ``log_pi_all`` [T, B, A]: log-probs of the newest actor version (the learner's pi_k at
   temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here;
-  logging it avoids a second forward pass and makes lag-0 log-ratios exactly zero (the
-  behaviour and the target logits come out of the same batched computation);
+  logging it avoids a second forward pass and makes lag-0 log-ratios exactly zero (an env
+  at lag 0 reads its behaviour logits from the newest version's row: the same bits);
 * ``lag`` / ``version``: how many updates old the acting parameters were and their id;
 * ``episode_return`` / ``episode_length`` of episodes that ended at t (0 elsewhere);
 * optionally ``env_state`` (the full gymnax state at s_t) for Monte-Carlo ground truth.
@@ -165,21 +165,19 @@ class Trajectory:
 # --------------------------------------------------------------------------------------
 
 
-def _logits_versioned(apply_fn: ApplyFn, stacked_params: Any, obs: Array):
-    """Behaviour and newest-version logits from ONE batched forward over [2B] rows.
+def versioned_logits(apply_fn: ApplyFn, table: lag_lib.VersionTable, rows: Array,
+                     obs: Array) -> tuple[Array, Array]:
+    """Behaviour and newest-version logits [B, A] of per-env table ``rows`` [B] at ``obs``.
 
-    ``stacked_params`` holds per-env behaviour params in rows [0, B) and the newest version
-    in rows [B, 2B). Identical rows of a batched computation give identical bits, so at lag
-    0 the behaviour and target log-probs agree exactly and the log-ratios are exactly 0.
+    The actor runs once per table row on the whole batch (one batched matmul over [V, B]
+    rows: memory O(V x params), no per-env copy of the params); each env then picks its
+    row. Everything stays on the env axis with its env, so a batch sharded over envs moves
+    no rows between devices. Row 0 is the newest version, so an env at lag 0 takes the very
+    bits of the target logits and its log-ratios are exactly 0.
     """
-    logits = jax.vmap(apply_fn)(stacked_params, jnp.concatenate([obs, obs], 0))
-    n = obs.shape[0]
-    return logits[:n], logits[n:]
-
-
-def _versions_and_head(buffer: lag_lib.VersionBuffer, lags: Array) -> Any:
-    """Per-env params for ``lags`` stacked over the newest version's: leaves [2B, ...]."""
-    return lag_lib.gather(buffer, jnp.concatenate([lags, jnp.zeros_like(lags)], 0))
+    logits = jax.vmap(apply_fn, in_axes=(0, None))(table.params, obs)  # [V, B, A]
+    behaviour = jnp.take_along_axis(logits, rows[None, :, None], axis=0)[0]
+    return behaviour, logits[0]
 
 
 def rollout(
@@ -192,6 +190,7 @@ def rollout(
     *,
     num_steps: int,
     lags: Optional[Array] = None,
+    num_lags: Optional[int] = None,
     switch_every: int = 0,
     switch_stride: int = 1,
     temperature: float = 1.0,
@@ -206,13 +205,17 @@ def rollout(
     Args:
       env, env_params: a gymnax environment (discrete actions) and its params.
       apply_fn: (params, obs) -> logits for one observation or a batch.
-      actor: either plain actor params (synchronous: every env acts with them, lag 0) or a
-        :class:`~vccc_jax.envs.lag.VersionBuffer`, in which case env b acts with the version
-        ``lags[b]`` updates old (capped by the versions pushed so far).
+      actor: plain actor params (synchronous: every env acts with them, lag 0), a
+        :class:`~vccc_jax.envs.lag.VersionBuffer` (env b acts with the version ``lags[b]``
+        updates old, capped by the versions pushed so far; the actor runs once per version
+        in ``lag.lag_table(actor, num_lags)``) or a :class:`~vccc_jax.envs.lag.VersionTable`
+        (the versions to run, e.g. ``lag.common_table`` when every env has the same lag).
       carry: :class:`EnvCarry` with B envs.
       key: jax.random key.
       num_steps: static T.
-      lags: int [B], required with a VersionBuffer.
+      lags: int [B], required with a VersionBuffer or VersionTable.
+      num_lags: static rows of the lag table built from a VersionBuffer (default: all K
+        slots); every lag must be < num_lags.
       switch_every, switch_stride: mid-rollout switches (see :func:`lag.switch_lags`).
       temperature, top_k: the sampling distribution (static; see :func:`sampling_log_probs`).
       record_states: also return the env state at every s_t (for ground truth).
@@ -230,25 +233,30 @@ def rollout(
     the log-ratio is exactly 0 and every correction reduces to its uncorrected form there.
     """
     num_envs = carry.obs.shape[0]
-    versioned = isinstance(actor, lag_lib.VersionBuffer)
+    versioned = isinstance(actor, (lag_lib.VersionBuffer, lag_lib.VersionTable))
     if versioned:
         if lags is None:
-            raise ValueError("lags [num_envs] is required when actor is a VersionBuffer")
+            raise ValueError("lags [num_envs] is required when actor is a VersionBuffer "
+                             "or a VersionTable")
         chex.assert_shape(lags, (num_envs,))
-        lags = lag_lib.cap_lags(jnp.asarray(lags, jnp.int32), lag_lib.available(actor))
-        if switch_every <= 0:  # versions fixed for the rollout: gather once, outside the loop
-            fixed_params = _versions_and_head(actor, lags)
+        lags = jnp.asarray(lags, jnp.int32)
+        if isinstance(actor, lag_lib.VersionBuffer):
+            lags = lag_lib.cap_lags(lags, lag_lib.available(actor))
+            actor = lag_lib.lag_table(actor, num_lags)
+        if switch_every > 0 and not actor.complete:
+            raise ValueError("mid-rollout switches need a complete lag table (lag.lag_table)")
+        if switch_every <= 0:  # the same rows for the whole rollout
+            fixed_rows = actor.rows(lags)
     step_env = jax.vmap(env_step_info, in_axes=(None, 0, 0, 0, None))
 
     def one_step(state: EnvCarry, xs):
         t, step_key = xs
         k_act, k_env = jax.random.split(step_key)
         if versioned:
-            lag_t = lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)
-            params_t = (fixed_params if switch_every <= 0
-                        else _versions_and_head(actor, lag_t))
-            logits_mu, logits_pi = _logits_versioned(apply_fn, params_t, state.obs)
-            version = lag_lib.version_ids(actor, lag_t)
+            rows = (fixed_rows if switch_every <= 0 else actor.rows(
+                lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)))
+            logits_mu, logits_pi = versioned_logits(apply_fn, actor, rows, state.obs)
+            lag_t, version = actor.row_lag[rows], actor.version[rows]
         else:
             logits_pi = apply_fn(actor, state.obs)
             logits_mu = logits_pi

@@ -82,26 +82,32 @@ def cf_config(cell: dict):
     return CFConfig(**{k: v for k, v in cell.items() if k not in _RUN_KEYS})
 
 
+def _trainer(cfg, mesh=None):
+    """One compiled trainer per config with seed 0 (the seed only enters through ``train``)
+    and mesh; configs that differ only in learner fields (law, slack, ...) share one compiled
+    init / rollout / evaluate (``CFConfig.sampling``), so a grid over laws compiles those once."""
+    return _cached_trainer(cfg, mesh)
+
+
 @functools.lru_cache(maxsize=16)
-def _trainer(cfg):
-    """One compiled trainer per config with seed 0 (the seed only enters through ``train``);
-    configs that differ only in learner fields (law, slack, ...) share one compiled init /
-    rollout / evaluate (``CFConfig.sampling``), so a grid over laws compiles those once."""
+def _cached_trainer(cfg, mesh):
     from vccc_jax.train.critic_free import CriticFree
 
     ref = cfg.sampling()
-    return CriticFree(cfg, like=None if ref == cfg else _trainer(ref))
+    return CriticFree(cfg, like=None if ref == cfg else _cached_trainer(ref, mesh), mesh=mesh)
 
 
-def run_cell(cell: dict, on_update: Optional[Callable[[int, int, dict], None]] = None) -> dict:
+def run_cell(cell: dict, on_update: Optional[Callable[[int, int, dict], None]] = None,
+             mesh=None) -> dict:
     """Train one cell -> its metrics (history, capacity, learner cost); ``on_update(u, n,
-    row)`` after each update (``train.critic_free.train``)."""
+    row)`` after each update (``train.critic_free.train``); ``mesh``: a ``train.sharding``
+    mesh (episodes over "data")."""
     import jax
 
     from vccc_jax.train import critic_free as cf
 
     cfg = cf_config(cell)
-    tr = _trainer(cfg.replace(seed=0))
+    tr = _trainer(cfg.replace(seed=0), mesh)
     state, hist = cf.train(cfg, cell["updates"], trainer=tr, eval_every=cell["eval_every"],
                            on_update=on_update)
     cost = {}
@@ -114,17 +120,19 @@ def run_cell(cell: dict, on_update: Optional[Callable[[int, int, dict], None]] =
 def run_grid(exp: Experiment, results_dir: str | Path, *, progress: bool = True,
              on_cell: Optional[Callable[[int, int, dict], None]] = None,
              on_update: Optional[Callable[[int, int, dict], None]] = None,
-             ) -> tuple[Path, list[dict]]:
+             mesh=None) -> tuple[Path, list[dict]]:
     """Run every missing cell into ``<results_dir>/<exp.name>.jsonl`` -> (path, rows in cell
     order). ``on_cell(i, n, cell)`` is called before a cell is computed, ``on_update(u, n,
-    row)`` after each of its updates."""
+    row)`` after each of its updates; ``mesh``: run every cell over a ``train.sharding``
+    mesh."""
     path = Path(results_dir) / f"{exp.name}.jsonl"
 
     def note(cell: dict, metrics: dict) -> str:
         final = _last_exact(metrics["history"])
         return f"{cell['law']} {cell['lag']} seed {cell['seed']}: J {final:.3f}"
 
-    rows = run_cells(path, validate(exp), functools.partial(run_cell, on_update=on_update),
+    rows = run_cells(path, validate(exp), functools.partial(run_cell, on_update=on_update,
+                                                            mesh=mesh),
                      label="runs", note=note,
                      progress=progress, min_interval=10.0, on_cell=on_cell)
     return path, rows

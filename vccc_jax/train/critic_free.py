@@ -17,10 +17,19 @@ return as every token's advantage (``estimators.related.ps_ppo``):
 
 Each trajectory's token sum is divided by its live policy length (GRPO's 1/|o|, a constant
 per trajectory, so prefix sampling stays unbiased) and averaged over episodes.
-Per update we report the return of the batch, the exact return J of the learner's policy
-(``tabular.token.policy_values``), the fraction of live policy tokens backpropagated, the
-packed rows and overflow; :func:`learner_cost` gives the learner's compiled peak memory
-(``memory_analysis``) and wall time per update.
+
+Updates run as ONE jitted ``lax.scan``, like the main trainer (:func:`train` calls it in
+chunks of ``eval_every`` updates, one host transfer per chunk), and the exact return J of
+the learner's policy (``tabular.token.policy_values``, compiled once for every law) is
+evaluated on device after each chunk. On a mesh (``train.sharding``: ``mesh=``) the episodes go over
+"data" in whole groups (``groups`` a multiple of its size); the rollout runs the actor once
+per version (``envs.rollout.versioned_logits``) and each device packs its own kept tokens
+into its share of the budget (``capacity`` / data rows: the same packed set as one device
+unless a share overflows), so the only collective per update is the gradient all-reduce
+(plus the per-prompt length statistics). Per update we report the return of the batch, the
+fraction of live policy tokens backpropagated, the packed rows and overflow;
+:func:`learner_cost` gives the learner's compiled peak memory (``memory_analysis``) and wall
+time per update.
 """
 
 from __future__ import annotations
@@ -34,12 +43,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from vccc_jax.envs import lag as lag_lib
+from vccc_jax.envs.rollout import versioned_logits
 from vccc_jax.envs.token_env import exact_log_prob_fn, make_token_env
 from vccc_jax.estimators.related import ps_ppo
 from vccc_jax.tabular import token as tk
 from vccc_jax.train.networks import Actor
+from vccc_jax.train.sharding import DATA
 
 Array = chex.Array
 
@@ -93,15 +106,24 @@ class Batch(NamedTuple):
 
 
 class CriticFree:
-    """init / rollout / learn / evaluate for one config (each jitted once). ``like``: a
-    trainer whose config has the same :meth:`CFConfig.sampling` (another law, slack, ...):
-    its env and compiled init / rollout / evaluate are reused (they read no learner field)."""
+    """init / rollout / learn / evaluate for one config (each jitted once) and the whole-run
+    scan ``run``. ``like``: a trainer whose config has the same :meth:`CFConfig.sampling`
+    (another law, slack, ...): its env and compiled init / rollout / evaluate are reused
+    (they read no learner field). ``mesh``: a ``train.sharding`` mesh; episodes go over
+    its "data" axis."""
 
-    def __init__(self, cfg: CFConfig, like: "CriticFree | None" = None):
+    def __init__(self, cfg: CFConfig, like: "CriticFree | None" = None, mesh=None):
         if like is not None and like.cfg.sampling() != cfg.sampling():
             raise ValueError(f"CriticFree(like=...): {like.cfg} and {cfg} differ beyond "
                              f"the learner fields {LEARNER_ONLY}")
+        if like is not None and like.mesh != mesh:
+            raise ValueError("CriticFree(like=...): both trainers need the same mesh")
         self.cfg = cfg
+        self.mesh = mesh
+        self.blocks = 1 if mesh is None else int(mesh.shape[DATA])
+        if cfg.groups % self.blocks:
+            raise ValueError(f"groups={cfg.groups} must be a multiple of the mesh's data axis "
+                             f"({self.blocks}): every device takes whole groups")
         self.env, self.env_params = (make_token_env(cfg.env) if like is None
                                      else (like.env, like.env_params))
         self.task = self.env.task
@@ -109,16 +131,26 @@ class CriticFree:
         self.lag = lag_lib.LagLaw.parse(cfg.lag)
         self.num_versions = self.lag.default_num_versions()
         self.batch = cfg.groups * cfg.group_size
-        self.capacity = ps_ppo.capacity_for(self.law, self.task.horizon, self.batch, cfg.slack)
+        # each of the `blocks` devices packs its own episodes into an equal share
+        self.capacity = self.blocks * ps_ppo.capacity_for(
+            self.law, self.task.horizon, self.batch // self.blocks, cfg.slack)
         self.actor = Actor(self.task.num_tokens, hidden=(cfg.hidden,))
         self.nf = self.env.num_exact_features
         self.opt = optax.adam(cfg.lr)
         self.learn = jax.jit(self._learn)
+        self.run = jax.jit(self._run, static_argnums=(2,))
         if like is None:
             self.init, self.rollout = jax.jit(self._init), jax.jit(self._rollout)
             self.evaluate = jax.jit(self._evaluate)
         else:  # bound to a trainer whose fields they read are equal: the same functions
             self.init, self.rollout, self.evaluate = like.init, like.rollout, like.evaluate
+
+    def _on(self, x, spec: P):
+        """``x`` pinned to ``spec`` on the mesh (identity without one)."""
+        if self.mesh is None:
+            return x
+        return jax.tree_util.tree_map(
+            lambda a: jax.lax.with_sharding_constraint(a, NamedSharding(self.mesh, spec)), x)
 
     # ------------------------------------------------------------------ state
     def _init(self, key: Array) -> CFState:
@@ -135,14 +167,17 @@ class CriticFree:
         prompts = jnp.repeat(group_prompts, cfg.group_size)
         lags = self.lag.sample(k_lag, B, self.num_versions, available=lag_lib.available(state.ring),
                                step=state.step)
-        mu_params = lag_lib.gather(state.ring, lags)
+        # the actor once per version on all episodes ([K, B] rows), not once per episode
+        table = self._on(lag_lib.lag_table(state.ring), P())
+        rows = table.rows(lags)
         _, s0 = jax.vmap(self.env.reset_env, (0, None))(jax.random.split(k_run, B), self.env_params)
         s0 = s0.replace(prompt=prompts, q=task.prompt_state[prompts])
+        s0 = self._on(s0, P(DATA))
 
         def step(carry, key):
             st, alive = carry
             obs = jax.vmap(self.env.observation, (0, None))(st, self.env_params)[:, : self.nf]
-            logits = jax.vmap(self.actor.apply)(mu_params, obs)
+            logits, _ = versioned_logits(self.actor.apply, table, rows, obs)
             ka, ke = jax.random.split(key)
             a = jax.random.categorical(ka, logits).astype(jnp.int32)
             log_mu = jnp.take_along_axis(jax.nn.log_softmax(logits), a[:, None], -1)[:, 0]
@@ -153,44 +188,58 @@ class CriticFree:
 
         keys = jax.random.split(jax.random.fold_in(k_run, 1), task.horizon)
         _, (obs, a, log_mu, pol, alive, r) = jax.lax.scan(step, (s0, jnp.ones((B,), bool)), keys)
-        return Batch(obs, a, log_mu, pol, alive, jnp.sum(r, 0), prompts, lags)
+        batch = Batch(obs, a, log_mu, pol, alive, jnp.sum(r, 0), prompts, lags)
+        return batch._replace(**{f: self._on(getattr(batch, f), P(None, DATA))
+                                 for f in ("obs", "actions", "log_mu", "policy_step", "alive")})
 
     # ------------------------------------------------------------------ learn
     def _learn(self, state: CFState, batch: Batch, key: Array):
-        cfg, H, B, C = self.cfg, self.task.horizon, self.batch, self.capacity
+        cfg, H, B, nb = self.cfg, self.task.horizon, self.batch, self.blocks
+        C = self.capacity // nb  # rows per block (per device on a mesh)
         adv = ps_ppo.group_advantages(batch.returns.reshape(cfg.groups, cfg.group_size)).reshape(B)
         surv = self.law.survival(state.lengths[batch.prompts], H).T  # [H, B]
         cutoffs = ps_ppo.sample_cutoffs(key, surv.T)
         n_live = jnp.maximum(jnp.sum(batch.policy_step, 0), 1)  # GRPO's 1/|o|
         w = ps_ppo.prefix_weights(cutoffs, surv, batch.policy_step) / n_live[None, :] / B
-        flat_w = w.reshape(-1)
-        count = jnp.sum(flat_w > 0)
-        (idx,) = jnp.nonzero(flat_w > 0, size=C, fill_value=0)
-        valid = jnp.arange(C) < count
-        rows = lambda x: x.reshape((H * B,) + x.shape[2:])[idx]  # noqa: E731
-        obs, a, log_mu = rows(batch.obs), rows(batch.actions), rows(batch.log_mu)
-        w_rows = jnp.where(valid, flat_w[idx], 0.0)
-        adv_rows = jnp.tile(adv, H)[idx]
+
+        def blocks(x):  # [H, B, ...] -> [nb, H * B / nb, ...]: each block its own episodes
+            x = x.reshape((H, nb, B // nb) + x.shape[2:])
+            return self._on(jnp.moveaxis(x, 1, 0).reshape((nb, -1) + x.shape[3:]), P(DATA))
+
+        def pack(w_b, obs_b, a_b, log_mu_b, adv_b):
+            count = jnp.sum(w_b > 0)
+            (idx,) = jnp.nonzero(w_b > 0, size=C, fill_value=0)
+            valid = jnp.arange(C) < count
+            return (obs_b[idx], a_b[idx], log_mu_b[idx], jnp.where(valid, w_b[idx], 0.0),
+                    adv_b[idx], count)
+
+        adv_hb = jnp.broadcast_to(adv[None, :], (H, B))
+        obs, a, log_mu, w_rows, adv_rows, counts = jax.vmap(pack)(
+            blocks(w), blocks(batch.obs), blocks(batch.actions), blocks(batch.log_mu),
+            blocks(adv_hb))
+        count = jnp.sum(counts)
+        overflow = jnp.sum(jnp.maximum(counts - C, 0))
 
         def loss_fn(params):
             logp = jax.nn.log_softmax(self.actor.apply(params, obs))
-            log_pi = jnp.take_along_axis(logp, a[:, None], -1)[:, 0]
-            return jnp.sum(ps_ppo.ppo_token_loss(log_pi[None], log_mu[None], adv_rows[None],
-                                                 w_rows[None], clip_eps=cfg.clip_eps))
+            log_pi = jnp.take_along_axis(logp, a[..., None], -1)[..., 0]
+            return jnp.sum(ps_ppo.ppo_token_loss(log_pi, log_mu, adv_rows, w_rows,
+                                                 clip_eps=cfg.clip_eps))
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
         upd, opt_state = self.opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, upd)
-        P = self.task.num_prompts
-        seen = jax.ops.segment_sum(jnp.ones((B,)), batch.prompts, P)
-        mean_len = jax.ops.segment_sum(jnp.sum(batch.alive, 0).astype(jnp.float32), batch.prompts, P)
+        P_ = self.task.num_prompts
+        seen = jax.ops.segment_sum(jnp.ones((B,)), batch.prompts, P_)
+        mean_len = jax.ops.segment_sum(jnp.sum(batch.alive, 0).astype(jnp.float32), batch.prompts, P_)
         lengths = jnp.where(seen > 0, cfg.length_ema * state.lengths
                             + (1 - cfg.length_ema) * mean_len / jnp.maximum(seen, 1), state.lengths)
         new = CFState(params, opt_state, lag_lib.push(state.ring, params), lengths, state.step + 1)
         live = jnp.sum(batch.policy_step)
         metrics = {"loss": loss, "return": jnp.mean(batch.returns),
-                   "kept_fraction": jnp.minimum(count, C) / live, "packed_rows": jnp.asarray(C),
-                   "overflow": jnp.maximum(count - C, 0) / live, "live_tokens": live,
+                   "kept_fraction": (count - overflow) / live,
+                   "packed_rows": jnp.asarray(self.capacity),
+                   "overflow": overflow / live, "live_tokens": live,
                    "mean_lag": jnp.mean(batch.lags.astype(jnp.float32))}
         return new, metrics
 
@@ -199,6 +248,24 @@ class CriticFree:
         """Exact J = mean_p V^pi(p) of the actor (tabular.token solver)."""
         fn = exact_log_prob_fn(self.env, self.actor.apply, params)
         return jnp.mean(tk.start_values(self.task, tk.policy_values(self.task, fn).v))
+
+    # -------------------------------------------------------------- whole run
+    def _run(self, state: CFState, key: Array, num_updates: int):
+        """``num_updates`` updates in one scan -> (state, key, metrics [num_updates])."""
+        def body(carry, _):
+            state, key = carry
+            key, k_roll, k_learn = jax.random.split(key, 3)
+            state, m = self._learn(state, self._rollout(state, k_roll), k_learn)
+            return (state, key), m
+
+        (state, key), metrics = jax.lax.scan(body, (state, key), None, length=num_updates)
+        return state, key, metrics
+
+    def place(self, tree):
+        """``tree`` replicated over the mesh (as is without one)."""
+        if self.mesh is None:
+            return tree
+        return jax.device_put(tree, NamedSharding(self.mesh, P()))
 
 
 def learner_cost(trainer: CriticFree, state: CFState, batch: Batch, key: Array, repeats: int = 5) -> dict:
@@ -216,27 +283,30 @@ def learner_cost(trainer: CriticFree, state: CFState, batch: Batch, key: Array, 
 
 
 def train(cfg: CFConfig, num_updates: int, *, eval_every: int = 5, trainer: CriticFree | None = None,
-          on_update: Callable[[int, int, dict], None] | None = None):
+          on_update: Callable[[int, int, dict], None] | None = None, mesh=None):
     """Run ``num_updates`` updates -> (final state, rows [dict per update]). Rows carry the
-    metrics, ``exact_return`` every ``eval_every`` updates (NaN otherwise), the learner's
-    wall time and the cumulative backpropagated rows (``compute_rows``).
-    ``on_update(update, num_updates, row)`` is called after each update (progress)."""
-    tr = CriticFree(cfg) if trainer is None else trainer
+    metrics, ``exact_return`` every ``eval_every`` updates (NaN otherwise) and the cumulative
+    backpropagated rows (``compute_rows``). The updates run as :meth:`CriticFree.run` (one
+    jitted scan) in chunks of ``eval_every``, J evaluated on device between chunks;
+    ``on_update(update, num_updates, row)`` is called for each update after its chunk
+    (progress). ``mesh``: run over a ``train.sharding`` mesh (ignored with ``trainer``)."""
+    tr = CriticFree(cfg, mesh=mesh) if trainer is None else trainer
     key = jax.random.PRNGKey(cfg.seed)
     key, k0 = jax.random.split(key)
-    state = tr.init(k0)
-    rows, compute = [], 0
-    for u in range(num_updates):
-        key, kr, kl = jax.random.split(key, 3)
-        batch = tr.rollout(state, kr)
-        t0 = time.perf_counter()
-        state, m = jax.block_until_ready(tr.learn(state, batch, kl))
-        dt = time.perf_counter() - t0
-        m = {k: float(v) for k, v in m.items()}
-        compute += int(m["packed_rows"])
-        exact = float(tr.evaluate(state.params)) if (u + 1) % eval_every == 0 else float("nan")
-        rows.append(dict(m, update=u + 1, learn_seconds=dt, compute_rows=compute,
-                         exact_return=exact))
-        if on_update is not None:
-            on_update(u + 1, num_updates, rows[-1])
+    state, key = tr.place((tr.init(k0), key))
+    rows, compute, done = [], 0, 0
+    while done < num_updates:
+        n = min(eval_every, num_updates - done)
+        state, key, m = tr.run(state, key, n)
+        exact = tr.evaluate(state.params) if (done + n) % eval_every == 0 else None
+        m, exact = jax.device_get((m, exact))
+        for i in range(n):
+            row = {k: float(v[i]) for k, v in m.items()}
+            compute += int(row["packed_rows"])
+            last = i == n - 1 and exact is not None
+            rows.append(dict(row, update=done + i + 1, compute_rows=compute,
+                             exact_return=float(exact) if last else float("nan")))
+            if on_update is not None:
+                on_update(done + i + 1, num_updates, rows[-1])
+        done += n
     return state, rows

@@ -1,7 +1,11 @@
 """The trainer's learner (PureJaxRL-style): epochs x minibatches of actor and critic steps.
 
-:class:`Batch` is one update's flattened learner batch ([T * B, ...] rows: observations,
+:class:`Batch` is one update's learner batch ([T, B, ...], the rollout's layout: observations,
 actions, behaviour / proximal log-probs, advantages, critic targets, sample weights).
+Minibatches (:func:`env_minibatches`) shuffle each env's steps and keep every env's rows
+together, so on a mesh that splits envs over devices no row moves: the learner's only
+collective per minibatch is the gradient all-reduce (advantages are normalised per
+minibatch before the minibatch loop, :func:`effective_advantages`).
 :class:`Learner` is a mixin of :class:`vccc_jax.train.trainer.Trainer` (it reads the
 trainer's config, networks, optimisers and ``constrain`` hook) with the two protocols:
 
@@ -33,7 +37,7 @@ the exact m_w).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import chex
 import jax
@@ -49,8 +53,8 @@ from vccc_jax.train.targets import TargetInputs, gae_advantages
 
 Array = chex.Array
 
-__all__ = ["Batch", "Learner", "Prepared", "topk_centering_error_sums",
-           "topk_centering_errors", "wmean"]
+__all__ = ["Batch", "Learner", "Prepared", "effective_advantages", "env_minibatches",
+           "flat_rows", "topk_centering_error_sums", "topk_centering_errors", "wmean"]
 
 
 class Prepared(NamedTuple):
@@ -65,7 +69,8 @@ class Prepared(NamedTuple):
 
 
 class Batch(NamedTuple):
-    """One update's learner batch, rows [n = T * B, ...] (minibatches: [mb, ...])."""
+    """One update's learner batch: time-major fields [T, B, ...] (the rollout's layout, env
+    axis 1); minibatches (:func:`env_minibatches`) are rows [mb, ...]."""
 
     obs: Array
     action: Array
@@ -87,6 +92,57 @@ def wmean(x: Array, w: Optional[Array]) -> Array:
     if w is None:
         return jnp.mean(x)
     return jnp.sum(w * x) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def env_minibatches(key: Array, batch: Any, num_minibatches: int) -> Any:
+    """Time-major rows [T, B, ...] -> minibatches [M, T B / M, ...] that keep envs together.
+
+    Each env's T steps are shuffled by a permutation of its own (random bits drawn for the
+    whole [B, T] grid from ``key``, so the split does not depend on how the envs are placed
+    on devices); the rows are then laid out env-major, r = b T + j, and minibatch m takes the
+    rows with r = m (mod M). When M divides T every minibatch holds T / M random steps of
+    every env (stratified by env, like the rollout). A mesh that splits the envs over
+    "data" (D devices) keeps every row on its device as long as M divides T B / D: the
+    shuffle is local, as in Anakin / PureJaxRL-on-pmap, yet the same on any device count.
+    """
+    leaves = [x for x in jax.tree_util.tree_leaves(batch) if x is not None]
+    T, n = leaves[0].shape[:2]
+    if (T * n) % num_minibatches:
+        raise ValueError(f"num_minibatches={num_minibatches} must divide T * B = {T * n}")
+    perm = jnp.argsort(jax.random.bits(key, (n, T)), axis=1)  # [B, T]
+
+    def split(x):
+        x = jax.vmap(lambda xb, pb: xb[pb])(jnp.swapaxes(x, 0, 1), perm)  # [B, T, ...]
+        x = x.reshape((T * n // num_minibatches, num_minibatches) + x.shape[2:])
+        return jnp.swapaxes(x, 0, 1)
+
+    return jax.tree_util.tree_map(split, batch)
+
+
+def effective_advantages(adv: Array, w: Optional[Array], normalize: bool) -> Array:
+    """The advantages the actor loss takes, per minibatch: [M, mb] (minibatch rows on axis 1).
+
+    ``normalize``: (A - mean) / (std + 1e-8) over each minibatch (w-weighted with sample
+    weights ``w``). With ``w``: A w mb / sum(w), so the loss's plain mean over the minibatch
+    is the w-weighted mean (masked samples carry no gradient)."""
+    chex.assert_rank(adv, 2)
+    if normalize:
+        if w is None:
+            mean = jnp.mean(adv, axis=1, keepdims=True)
+            adv = (adv - mean) / (jnp.std(adv, axis=1, keepdims=True) + 1e-8)
+        else:
+            total = jnp.maximum(jnp.sum(w, axis=1, keepdims=True), 1.0)
+            mean = jnp.sum(w * adv, axis=1, keepdims=True) / total
+            var = jnp.sum(w * jnp.square(adv - mean), axis=1, keepdims=True) / total
+            adv = (adv - mean) / (jnp.sqrt(var) + 1e-8)
+    if w is not None:
+        adv = adv * w * (w.shape[1] / jnp.maximum(jnp.sum(w, axis=1, keepdims=True), 1.0))
+    return adv
+
+
+def flat_rows(batch: Any) -> Any:
+    """[T, B, ...] -> [T B, ...] in time-major order (None fields stay None)."""
+    return jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
 
 
 def topk_centering_error_sums(
@@ -277,8 +333,10 @@ class Learner:
         return True, (top_k if top_k and mismatch == "none" else None)
 
     def _actor_loss(self, actor_params, mb_: Batch):
-        """PPO-style actor loss (weights / clip / Eq 13 centring) on one minibatch; samples
-        with ``actor_w`` = 0 (tool steps, empty replay slots) carry no gradient.
+        """PPO-style actor loss (weights / clip / Eq 13 centring) on one minibatch whose
+        advantages are already those of :func:`effective_advantages` (normalised over the
+        minibatch; samples with ``actor_w`` = 0 (tool steps, empty replay slots) zeroed, so
+        they carry no gradient, and the rest rescaled by mb / sum(w)).
 
         Returns (pg_loss, entropy, approx_kl, ppo_clip, topk_sums): ``topk_sums`` is {} unless
         ``centering_topk`` > 0, then :func:`topk_centering_error_sums` of this minibatch at the
@@ -288,17 +346,7 @@ class Learner:
         logits = self.actor_logits(actor_params, mb_.obs)
         log_pi_all = jax.nn.log_softmax(logits, axis=-1)
         log_pi = jnp.take_along_axis(log_pi_all, mb_.action[:, None], -1)[:, 0]
-        adv = mb_.advantages
-        if cfg.normalize_advantages:
-            if w is None:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            else:
-                mean = wmean(adv, w)
-                adv = (adv - mean) / (jnp.sqrt(wmean(jnp.square(adv - mean), w)) + 1e-8)
-        scale = 1.0
-        if w is not None:  # policy_loss is a plain mean: zero the masked terms, renormalise
-            adv = adv * w
-            scale = w.shape[0] / jnp.maximum(jnp.sum(w), 1.0)
+        adv = mb_.advantages  # normalised and weighted already (effective_advantages)
         centering, topk_sums = None, {}
         c_clip = None if self.actor_kind == "ratio" else cfg.actor_clip
         k = self._centering_k() if self.centered else 0
@@ -332,8 +380,6 @@ class Learner:
             log_pi, mb_.log_mu, adv, kind=kind,
             clip=None if kind == "ratio" else cfg.actor_clip,
             ppo_epsilon=eps, log_pi_old=ref, centering=centering, weights=weights)
-        if w is not None:
-            pg_loss = pg_loss * scale
         if w is None:
             entropy = -jnp.mean(jnp.sum(jnp.exp(log_pi_all) * log_pi_all, axis=-1))
         else:
@@ -365,18 +411,17 @@ class Learner:
         return optax.apply_updates(params, upd), opt, value
 
     def _epochs(self, step, carry, batch: Batch, key, epochs: int):
-        """``epochs`` x ``num_minibatches`` of ``step`` over shuffled minibatches."""
+        """``epochs`` x ``num_minibatches`` of ``step`` over :func:`env_minibatches` of the
+        [T, B, ...] ``batch`` (reshuffled every epoch), advantages per minibatch as
+        :func:`effective_advantages` (computed for the whole epoch before its minibatch loop,
+        so under a mesh the loop's only collective is the gradient all-reduce)."""
         cfg = self.config
-        n = batch.obs.shape[0]
-        mb = n // cfg.num_minibatches
 
         def epoch(carry, epoch_key):
-            perm = jax.random.permutation(epoch_key, n)
-            def split(x):
-                return jnp.take(x, perm, axis=0).reshape((cfg.num_minibatches, mb) + x.shape[1:])
-
-            shuffled = jax.tree_util.tree_map(split, batch)
-            return jax.lax.scan(step, carry, shuffled)
+            mbs = env_minibatches(epoch_key, batch, cfg.num_minibatches)
+            mbs = mbs._replace(advantages=effective_advantages(
+                mbs.advantages, mbs.actor_w, cfg.normalize_advantages))
+            return jax.lax.scan(step, carry, mbs)
 
         return jax.lax.scan(epoch, carry, jax.random.split(key, epochs))
 
@@ -438,8 +483,7 @@ class Learner:
             epochs=cfg.critic_steps)
         # actor advantages from the updated critic (Vbar := the new critic)
         prep = self.prepare(ltraj, critic_params, b_params)
-        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
-        batch = batch._replace(advantages=flat(prep.advantages))
+        batch = batch._replace(advantages=prep.advantages)
 
         def actor_loss(p, mb_):
             pg_loss, entropy, approx_kl, ppo_clip, topk = self._actor_loss(p, mb_)

@@ -1,38 +1,48 @@
 """The trainer over a device mesh: named axes, shardings, one jitted sharded step (issue 10).
 
-Layout (DESIGN.md "sharded pjit trainer"; the write-up's §1.4 asynchronous setting, simulated
+Layout (DESIGN.md §8 "Rollout layout"; the write-up's §1.4 asynchronous setting, simulated
 on one mesh):
 
-* mesh ``("data", "model")``, default ``(num_devices, 1)``; both axes ``AxisType.Auto`` (the
-  default Explicit types of this jax reject the per-env gathers from the version ring);
+* mesh ``("data", "seed")``, default ``(num_devices, 1)``; both axes ``AxisType.Auto``;
+* on ``"seed"``: the leading seed axis of every leaf of the (vmapped) TrainState, so S
+  seeds on an S-way seed axis run side by side with no communication at all (the cheap
+  way to use many devices for many seeds); ``num_seeds`` must be a multiple of its size;
 * on ``"data"``: everything with an env axis — env states, observations, running episode
-  statistics (the ``TrainState.env`` carry, axis 1 after the seed axis), and inside the
-  step the trajectories, behaviour log-probs and version ids derived from them (the
-  Trainer's ``constrain`` hook pins the rollout to P(None, "data")), and every learner
-  minibatch (P("data"): each device takes its slice of the minibatch; the gradients are
-  summed by one compiler-inserted all-reduce per minibatch, so params agree with one
-  device to float32 rounding — measured 1.2e-7 abs after 4 updates — not bit for bit);
-* actor / critic params and optimiser states replicated (default) or FSDP: the largest
-  dimension of every leaf divisible by the data size goes over ``"data"``;
+  statistics (the ``TrainState.env`` carry), and inside the step the trajectories (the
+  Trainer's ``constrain`` hook pins them to P(None, "data")) and every learner minibatch
+  (P("data")). Per-env quantities stay on the env axis with their env: the rollout runs the
+  actor once per version on the whole local batch (``envs.rollout.versioned_logits``), so
+  NOTHING is communicated inside the env-step loop, and learner minibatches shuffle each
+  env's own steps (``learner.env_minibatches``), so the learner's only collective is one
+  all-reduce of the gradients per minibatch (params agree with one device to float32
+  rounding, not bit for bit: the gradient sums are reordered);
+* actor / critic params and optimiser states replicated over "data" (default) or FSDP:
+  the largest dimension of every leaf divisible by the data size goes over ``"data"``
+  (gradients are then reduce-scattered and params all-gathered per minibatch);
 * the version ring (``lag.VersionBuffer``) replicated while small (``ring="auto"``: under
-  ``RING_REPLICATE_BYTES``), otherwise sharded like the params;
-* seed keys, counters, the update index: replicated.
+  ``RING_REPLICATE_BYTES``), otherwise sharded like the params; the versions a rollout acts
+  with (``lag.VersionTable``, V rows) are replicated once per update, before the env loop;
+* seed keys, counters: on "seed" with their seed; the update index and traced values
+  (``trainer.program_values``) replicated.
 
 The step is ``jax.jit(..., in_shardings, out_shardings, donate_argnums=0)`` around a scan of
-``Trainer.update``; the env carry is pinned to its sharding with
+``Trainer.update``; the state is pinned to its sharding with
 ``jax.lax.with_sharding_constraint`` at every update; gradients are reduced by the
 collectives the compiler derives from these shardings (no hand-written psum). Initial
 states are created inside jit with ``out_shardings`` so arrays spanning processes are never
-assembled on one host.
+assembled on one host. Trainers whose configs differ only in traced values share one
+ShardedTrainer program per mesh.
 
 Randomness does not depend on the device count: ``rollout.reset`` and ``rollout.rollout``
 already split keys per env (``jax.random.split(key, num_envs)``), lags are drawn for
-``num_envs`` at once, and ``jax_threefry_partitionable`` (on by default) makes sharded
-random draws equal to unsharded ones.
+``num_envs`` at once, minibatch shuffles draw bits for the whole [B, T] grid, and
+``jax_threefry_partitionable`` (on by default) makes sharded random draws equal to
+unsharded ones.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import os
 from typing import Any, Optional, Sequence
@@ -42,8 +52,8 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-DATA, MODEL = "data", "model"
-AXES = (DATA, MODEL)
+DATA, SEED = "data", "seed"
+AXES = (DATA, SEED)
 RING_REPLICATE_BYTES = 64 << 20  # ring buffers below this (all slots, one seed) are replicated
 ENV_VARS = ("VCCC_COORDINATOR", "VCCC_NUM_PROCESSES", "VCCC_PROCESS_ID")
 
@@ -86,14 +96,14 @@ def initialize_distributed(coordinator: Optional[str] = None,
 
 
 def parse_mesh(spec: Optional[str] = None, num_devices: Optional[int] = None) -> tuple[int, int]:
-    """``"data=4,model=2"`` / ``"4,2"`` / ``"data=8"`` -> (data, model); None -> (n, 1).
+    """``"data=4,seed=2"`` / ``"4,2"`` / ``"data=8"`` -> (data, seed); None -> (n, 1).
 
     ``num_devices`` defaults to ``jax.device_count()``; the mesh may use fewer devices.
     """
     n = jax.device_count() if num_devices is None else int(num_devices)
     if spec is None or not str(spec).strip():
         return (n, 1)
-    sizes = {DATA: 1, MODEL: 1}
+    sizes = {DATA: 1, SEED: 1}
     parts = [p.strip() for p in str(spec).split(",") if p.strip()]
     for i, part in enumerate(parts):
         name, eq, value = part.partition("=")
@@ -110,7 +120,7 @@ def parse_mesh(spec: Optional[str] = None, num_devices: Optional[int] = None) ->
             raise ValueError(f"mesh {spec!r}: size {value!r} of {name} is not an integer") from None
         if sizes[name] < 1:
             raise ValueError(f"mesh {spec!r}: axis {name} must be >= 1")
-    shape = (sizes[DATA], sizes[MODEL])
+    shape = (sizes[DATA], sizes[SEED])
     if shape[0] * shape[1] > n:
         raise ValueError(f"mesh {spec!r} needs {shape[0] * shape[1]} devices; {n} available")
     return shape
@@ -118,20 +128,23 @@ def parse_mesh(spec: Optional[str] = None, num_devices: Optional[int] = None) ->
 
 def make_mesh(shape: Optional[Sequence[int]] = None,
               devices: Optional[Sequence[Any]] = None) -> Mesh:
-    """A ``("data", "model")`` mesh with Auto axis types over the first prod(shape) devices."""
+    """A (data, seed) mesh with Auto axis types over the first prod(shape) devices.
+
+    The device array is laid out seed-major (``"data"`` the inner, most local axis: the
+    gradient all-reduce runs between neighbouring devices; seeds span hosts for free)."""
     devices = list(jax.devices() if devices is None else devices)
     shape = (len(devices), 1) if shape is None else tuple(int(s) for s in shape)
     if len(shape) != 2:
-        raise ValueError(f"mesh shape must be (data, model), got {shape}")
+        raise ValueError(f"mesh shape must be (data, seed), got {shape}")
     need = shape[0] * shape[1]
     if need > len(devices):
         raise ValueError(f"mesh {shape} needs {need} devices; {len(devices)} available")
-    return jax.make_mesh(shape, AXES, axis_types=(AxisType.Auto, AxisType.Auto),
-                         devices=devices[:need])
+    return jax.make_mesh((shape[1], shape[0]), (SEED, DATA),
+                         axis_types=(AxisType.Auto, AxisType.Auto), devices=devices[:need])
 
 
 def mesh_from_flags(mesh: Optional[str] = None, devices: Optional[int] = None) -> Mesh:
-    """``--mesh data=4,model=2`` / ``--devices N`` (first N devices, (N, 1)) -> Mesh."""
+    """``--mesh data=4,seed=2`` / ``--devices N`` (first N devices, (N, 1)) -> Mesh."""
     if mesh and devices:
         shape = parse_mesh(mesh, devices)
         if shape[0] * shape[1] != devices:
@@ -146,13 +159,14 @@ def mesh_from_flags(mesh: Optional[str] = None, devices: Optional[int] = None) -
 # --------------------------------------------------------------------------------------
 
 
-def _fsdp_spec(shape: Sequence[int], lead: int, data: int) -> P:
-    """Largest dimension after ``lead`` leading axes that ``data`` divides goes on "data"."""
+def _fsdp_spec(shape: Sequence[int], lead: int, data: int, head: tuple = ()) -> P:
+    """Largest dimension after ``lead`` leading axes that ``data`` divides goes on "data";
+    ``head``: the specs of the leading axes (the seed axis)."""
     dims = [(shape[d], d) for d in range(lead, len(shape)) if shape[d] % data == 0]
     if data == 1 or not dims:
-        return P()
+        return P(*head)
     _, best = max(dims)  # ties: the later axis (an output dimension of a kernel)
-    spec = [None] * len(shape)
+    spec = list(head) + [None] * (len(shape) - len(head))
     spec[best] = DATA
     return P(*spec)
 
@@ -165,18 +179,20 @@ def state_specs(abstract_state: Any, data_size: int, *, seed_axis: bool = True,
                 fsdp: bool = False, ring: str = "auto") -> Any:
     """PartitionSpecs for every leaf of a TrainState (shape-only tree accepted).
 
-    ``seed_axis``: leaves carry the leading seed axis. ``ring``: "auto" | "replicated" |
-    "params" (shard the version ring like the params).
+    ``seed_axis``: leaves carry the leading seed axis, which goes on "seed". ``ring``:
+    "auto" | "replicated" | "params" (shard the version ring like the params).
     """
     if ring not in ("auto", "replicated", "params"):
         raise ValueError(f"ring must be auto | replicated | params, got {ring!r}")
     s = 1 if seed_axis else 0
-    rep = lambda tree: jax.tree_util.tree_map(lambda _: P(), tree)  # noqa: E731
+    head = (SEED,) if seed_axis else ()
+    per_seed = lambda tree: jax.tree_util.tree_map(lambda _: P(*head), tree)  # noqa: E731
 
     def params_like(tree, lead):
         if not fsdp:
-            return rep(tree)
-        return jax.tree_util.tree_map(lambda x: _fsdp_spec(x.shape, lead, data_size), tree)
+            return per_seed(tree)
+        return jax.tree_util.tree_map(lambda x: _fsdp_spec(x.shape, lead, data_size, head),
+                                      tree)
 
     st = abstract_state
     versions = st.versions
@@ -185,9 +201,9 @@ def state_specs(abstract_state: Any, data_size: int, *, seed_axis: bool = True,
             1, jax.tree_util.tree_leaves(versions.params)[0].shape[0] if seed_axis else 1)
         shard_ring = ring == "params" or (ring == "auto" and one_seed > RING_REPLICATE_BYTES)
         versions = versions.replace(
-            params=params_like(versions.params, s + 1) if shard_ring else rep(versions.params),
-            head=P(), count=P(), version=P())
-    env_spec = P(*([None] * s), DATA)
+            params=params_like(versions.params, s + 1) if shard_ring else per_seed(versions.params),
+            head=P(*head), count=P(*head), version=P(*head))
+    env_spec = P(*head, DATA) if seed_axis else P(DATA)
     return st.replace(
         actor_params=params_like(st.actor_params, s),
         critic_params=params_like(st.critic_params, s),
@@ -196,30 +212,38 @@ def state_specs(abstract_state: Any, data_size: int, *, seed_axis: bool = True,
         critic_opt_state=params_like(st.critic_opt_state, s),
         versions=versions,
         env=jax.tree_util.tree_map(lambda _: env_spec, st.env),
-        key=P(), last_return=P(), update=P(),
+        key=P(*head), last_return=P(*head), update=P(*head),
         # optional protocol state (None unless its option is on): the learned baseline head
-        # and the PPO-EWMA actor are params; the replay buffer is replicated
+        # and the PPO-EWMA actor are params; the replay buffer is per seed
         baseline_params=params_like(st.baseline_params, s),
         baseline_opt_state=params_like(st.baseline_opt_state, s),
         ewma=params_like(st.ewma, s),
-        replay=rep(st.replay),
+        replay=per_seed(st.replay),
     )
 
 
-def check_divisible(num_envs: int, mesh: Mesh) -> None:
+def check_divisible(num_envs: int, mesh: Mesh, num_seeds: Optional[int] = None) -> None:
+    """ValueError unless "data" divides ``num_envs`` and "seed" divides ``num_seeds``."""
     data = mesh.shape[DATA]
     if num_envs % data:
         raise ValueError(
             f"num_envs={num_envs} must be divisible by the mesh's data axis ({data}; mesh "
             f"{dict(mesh.shape)}): use num_envs a multiple of {data} or a smaller data axis")
+    seeds = mesh.shape.get(SEED, 1)
+    if num_seeds is not None and num_seeds % seeds:
+        raise ValueError(
+            f"num_seeds={num_seeds} must be divisible by the mesh's seed axis ({seeds}; mesh "
+            f"{dict(mesh.shape)}): use num_seeds a multiple of {seeds} or a smaller seed axis")
 
 
 def learner_constrain(mesh: Mesh, minibatch_size: Optional[int] = None):
     """The ``Trainer(constrain=...)`` hook: pins the rollout ("traj", leaves [T, B, ...]) to
-    P(None, "data") and every minibatch ("minibatch", leaves [mb, ...]) to P("data"), so the
-    learner's forward/backward runs split over "data" and the compiler reduces the gradients
-    with one all-reduce per minibatch (issue 10). A minibatch that "data" does not divide is
-    left to the partitioner. Other names pass through unchanged.
+    P(None, "data"), every minibatch ("minibatch", leaves [mb, ...]) to P("data") and the
+    versions the rollout acts with ("rollout_actor") to replicated (gathered once per update,
+    before the env-step loop), so the learner's forward/backward runs split over "data" and
+    the compiler reduces the gradients with one all-reduce per minibatch. A minibatch that
+    "data" does not divide is left to the partitioner. Other names pass through unchanged.
+    Inside ``vmap(..., spmd_axis_name="seed")`` each spec gets the seed axis in front.
     """
     data = mesh.shape[DATA]
     split_mb = minibatch_size is None or minibatch_size % data == 0
@@ -229,6 +253,8 @@ def learner_constrain(mesh: Mesh, minibatch_size: Optional[int] = None):
             return P(None, DATA)
         if name == "minibatch" and split_mb and x.ndim >= 1:
             return P(DATA)
+        if name == "rollout_actor":
+            return P()
         return None
 
     def hook(name: str, tree: Any) -> Any:
@@ -251,46 +277,69 @@ def _named(mesh: Mesh, specs: Any) -> Any:
 # --------------------------------------------------------------------------------------
 
 
+# ShardedTrainers whose compiled programs later ones of the same program key reuse
+_PROGRAMS: "collections.OrderedDict[Any, ShardedTrainer]" = collections.OrderedDict()
+_MAX_PROGRAMS = 16
+
+
 class ShardedTrainer:
     """A :class:`~vccc_jax.train.trainer.Trainer` run over ``mesh``.
 
     ``init()`` builds the sharded initial states inside jit; ``train(state, n, start)``
     runs ``n`` updates of every seed in one jitted, donated call and returns (state,
-    metrics) like ``Trainer.train`` (metrics [n, num_seeds, ...], replicated).
+    metrics) like ``Trainer.train`` (metrics [n, num_seeds, ...], replicated). The traced
+    values (``trainer.program_values``: learning rates, clips, the lag law's parameter) are
+    an argument of the program, so ShardedTrainers whose configs differ only in them (grid
+    cells) share one compiled program.
     """
 
     def __init__(self, trainer: Any, mesh: Mesh, *, fsdp: bool = False, ring: str = "auto",
                  split_learner: bool = True):
         self.config = cfg = trainer.config
         self.mesh = mesh
+        self.values = trainer.values
         if split_learner and hasattr(trainer, "constrain"):
             # a shallow copy with the learner hook: the caller's Trainer stays unconstrained
             trainer = copy.copy(trainer)
             trainer.constrain = learner_constrain(mesh, cfg.minibatch_size)
         self.trainer = trainer
-        check_divisible(cfg.num_envs, mesh)
+        check_divisible(cfg.num_envs, mesh, cfg.num_seeds)
         self.fsdp, self.ring = fsdp, ring
-        self.abstract_state = jax.eval_shape(lambda: trainer.init(trainer.seed_keys()))
+        self.num_seeds = cfg.num_seeds
+        self.keys = trainer.seed_keys
+        key = getattr(trainer, "program_key", None)
+        key = None if key is None else (key, mesh, fsdp, ring, split_learner)
+        template = _PROGRAMS.get(key) if key is not None else None
+        if template is not None:
+            _PROGRAMS.move_to_end(key)
+            for name in ("abstract_state", "specs", "shardings", "replicated",
+                         "_inner_shardings", "_init", "_train"):
+                setattr(self, name, getattr(template, name))
+            return
+        self.abstract_state = jax.eval_shape(
+            lambda: trainer._init_impl(trainer.seed_keys(), trainer.values()))
         data = mesh.shape[DATA]
         self.specs = state_specs(self.abstract_state, data, seed_axis=True, fsdp=fsdp, ring=ring)
         self.shardings = _named(mesh, self.specs)
         self.replicated = NamedSharding(mesh, P())
-        self.num_seeds = cfg.num_seeds
         inner = self.specs if cfg.num_seeds > 1 else state_specs(
             jax.eval_shape(lambda s: jax.tree_util.tree_map(lambda x: x[0], s),
                            self.abstract_state), data, seed_axis=False, fsdp=fsdp, ring=ring)
         self._inner_shardings = _named(mesh, inner)
-        self._init = jax.jit(lambda: trainer.init(trainer.seed_keys()),
-                             out_shardings=self.shardings)
+        self._init = jax.jit(trainer._init_impl, out_shardings=self.shardings)
         self._train = jax.jit(self._train_impl, static_argnums=(2,),
-                              in_shardings=(self.shardings, self.replicated),
+                              in_shardings=(self.shardings, self.replicated, self.replicated),
                               out_shardings=(self.shardings, self.replicated),
                               donate_argnums=(0,))
+        if key is not None:
+            _PROGRAMS[key] = self
+            while len(_PROGRAMS) > _MAX_PROGRAMS:
+                _PROGRAMS.popitem(last=False)
 
     # -- pieces ------------------------------------------------------------------------
     def init(self) -> Any:
         """Initial states of all seeds, created sharded (never assembled on one host)."""
-        return self._init()
+        return self._init(self.keys(), self.values())
 
     def abstract(self) -> Any:
         """ShapeDtypeStructs carrying this mesh's shardings (restore targets)."""
@@ -301,7 +350,11 @@ class ShardedTrainer:
     def _constrain(self, state):
         return jax.lax.with_sharding_constraint(state, self._inner_shardings)
 
-    def _train_impl(self, states, start, num_updates: int):
+    def _train_impl(self, states, start, num_updates: int, values):
+        with self.trainer.traced(values):
+            return self._train_scan(states, start, num_updates)
+
+    def _train_scan(self, states, start, num_updates: int):
         steps = jnp.arange(num_updates, dtype=jnp.int32)
         update = self.trainer.update
         if self.num_seeds == 1:  # unbatched, as Trainer.train does (same numbers)
@@ -317,7 +370,7 @@ class ShardedTrainer:
             return expand(final, 0), expand(metrics, 1)
 
         def body_v(s, i):
-            s, m = jax.vmap(update, in_axes=(0, None))(s, start + i)
+            s, m = jax.vmap(update, in_axes=(0, None), spmd_axis_name=SEED)(s, start + i)
             return self._constrain(s), m
 
         return jax.lax.scan(body_v, self._constrain(states), steps)
@@ -332,37 +385,28 @@ class ShardedTrainer:
             start = int(jax.device_get(
                 jax.tree_util.tree_leaves(states.update)[0].addressable_shards[0].data)
                 .reshape(-1)[0])
-        return self._train(states, jnp.asarray(start, jnp.int32), int(num_updates))
+        return self._train(states, jnp.asarray(start, jnp.int32), int(num_updates),
+                           self.values())
 
     def lower(self, num_updates: int):
         """AOT: the lowered step on abstract sharded inputs (``.compile()`` it to time it)."""
+        values = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                        self.values())
         return self._train.lower(self.abstract(), jax.ShapeDtypeStruct((), jnp.int32),
-                                 int(num_updates))
+                                 int(num_updates), values)
 
     def rollout_fn(self):
         """A jitted first-rollout probe: (state) -> (env carry, Trajectory) of seed 0.
 
-        Runs exactly the rollout ``Trainer.update`` starts with (same key split), with the
-        env axis on "data"; tests compare it bit for bit across meshes.
+        Runs exactly the rollout ``Trainer.update`` starts with (same key split, this
+        config's values), with the env axis on "data"; tests compare it across meshes.
         """
-        from vccc_jax.envs import lag as lag_lib
-        from vccc_jax.envs import rollout as rollout_lib
-
-        tr, cfg = self.trainer, self.config
+        tr = self.trainer
 
         def probe(states):
             s = jax.tree_util.tree_map(lambda x: x[0], states)
             _, k_lag, k_roll, _, _ = jax.random.split(s.key, 5)
-            lags, actor = None, s.actor_params
-            if s.versions is not None:
-                lags = tr.law.sample(k_lag, cfg.num_envs, tr.num_versions,
-                                     available=lag_lib.available(s.versions), step=s.update)
-                actor = s.versions
-            return rollout_lib.rollout(
-                tr.env, tr.env_params, tr.actor_logits, actor, s.env, k_roll,
-                num_steps=cfg.num_steps, lags=lags, switch_every=cfg.switch_every,
-                switch_stride=cfg.switch_stride, temperature=cfg.temperature,
-                top_k=cfg.top_k, record_states=False)
+            return tr._rollout(s.actor_params, s.versions, s.env, k_roll, s.update, k_lag)
 
         data_first = NamedSharding(self.mesh, P(DATA))
         traj_sh = NamedSharding(self.mesh, P(None, DATA))

@@ -44,18 +44,26 @@ Monte Carlo on gymnax) are the mixin ``train.truth.Truth`` over ``train.exact_me
 The actor's proximal policy pi_old is pi_k unless ``pi_old_route`` picks a decoupled route
 (issue 13: exact / ewma / behaviour, :meth:`Trainer._pi_old`).
 
-Lag 0 is exactly on-policy: the behaviour and target logits come from the same batched
-forward pass, so log-ratios are exactly 0, every weight is exactly 1 and every corrected
-target reduces to its uncorrected form (tests/train check this bit for bit).
+Lag 0 is exactly on-policy: an env at lag 0 takes its behaviour logits from the newest
+version's row of the rollout's per-version forward pass, so log-ratios are exactly 0, every
+weight is exactly 1 and every corrected target reduces to its uncorrected form (tests/train
+check this bit for bit).
+
+Compiled programs: the learning rates, clips and the lag law's parameter are traced inputs
+(:func:`program_values`), so Trainers whose configs differ only in them
+(:func:`program_config` equal: grid cells) share one compiled init and one training step.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 from typing import Any, Optional
 
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -70,14 +78,94 @@ from vccc_jax.train import actor_weights
 from vccc_jax.train import replay as replay_lib
 from vccc_jax.train import route_metrics as rm
 from vccc_jax.train.config import TrainConfig, parse_actor
-from vccc_jax.train.learner import Batch, Learner, Prepared, wmean
+from vccc_jax.train.learner import (
+    Batch,
+    Learner,
+    Prepared,
+    effective_advantages,
+    flat_rows,
+    wmean,
+)
 from vccc_jax.train.networks import Actor, Critic
 from vccc_jax.train.targets import get_critic_target
 from vccc_jax.train.truth import Truth
 
 Array = chex.Array
 
-__all__ = ["TrainConfig", "TrainState", "Trainer", "Prepared", "train"]
+__all__ = ["TrainConfig", "TrainState", "Trainer", "Prepared", "program_config", "program_values",
+           "train"]
+
+# --------------------------------------------------------------------------------------
+# Values traced into the compiled program (grid cells share one program)
+# --------------------------------------------------------------------------------------
+
+_LAG_PLACEHOLDER = {"fixed": "fixed:0", "uniform": "uniform:0", "geometric": "geometric:1",
+                    "zipf": "zipf:1"}
+
+
+def _clip_traced(cfg: TrainConfig) -> bool:
+    return cfg.critic != "brace"
+
+
+def program_config(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with every traced value at a placeholder and the ring size K pinned: two
+    configs with equal ``program_config`` run the same compiled program
+    (:func:`program_values` carries what differs), so a grid over learning rates, clip
+    thresholds or lags compiles once.
+
+    Traced: ``actor_lr``, ``critic_lr``, ``baseline_lr``, ``actor_clip``, ``clip`` (static
+    for ``brace``, whose estimator needs a Python number), the lag law's parameter
+    (``fixed`` / ``uniform`` / ``geometric`` / ``zipf``; K = ``resolved_num_versions`` stays
+    static, so lag cells share a program when they share K), the resolved ``ewma_decay`` and
+    ``seed`` (it only makes the initial keys). Static: everything else, ``ppo_epsilon`` and
+    ``rho_bar`` / ``c_bar`` included (``estimators.actor.policy_loss`` and ``vtrace``
+    validate them as Python numbers)."""
+    law = cfg.lag_law
+    changes = dict(actor_lr=1.0, critic_lr=1.0, baseline_lr=None, actor_clip=2.0,
+                   ewma_decay=None, seed=0, num_versions=cfg.resolved_num_versions)
+    if _clip_traced(cfg):
+        changes["clip"] = 2.0
+    if law.kind in _LAG_PLACEHOLDER:
+        changes["lag"] = _LAG_PLACEHOLDER[law.kind]
+    return cfg.replace(**changes)
+
+
+def program_values(cfg: TrainConfig) -> dict:
+    """The traced values of ``cfg`` (numpy scalars / arrays): lrs, clips, the lag law's
+    parameter as ``lag`` (fixed:L) or ``lag_logits`` (its log pmf over K lags) and the
+    resolved ``ewma_decay``."""
+    f32 = np.float32
+    law, k = cfg.lag_law, cfg.resolved_num_versions
+    out = {"actor_lr": f32(cfg.actor_lr), "critic_lr": f32(cfg.critic_lr),
+           "baseline_lr": f32(cfg.critic_lr if cfg.baseline_lr is None else cfg.baseline_lr),
+           "actor_clip": f32(cfg.actor_clip),
+           "ewma_decay": f32(dec.trainer_ewma_decay(cfg.ewma_decay, law.mean(k)))}
+    if _clip_traced(cfg):
+        out["clip"] = f32(cfg.clip)
+    if law.kind == "fixed":
+        out["lag"] = np.int32(law.param)
+    elif law.kind in _LAG_PLACEHOLDER:
+        out["lag_logits"] = law.logits(k)
+    return out
+
+
+class TracedConfig:
+    """A TrainConfig seen from inside the compiled program: the :func:`program_values`
+    names read as the traced values, every other attribute as the config's."""
+
+    def __init__(self, config: TrainConfig, values: dict):
+        self._config, self.values = config, values
+
+    def __getattr__(self, name: str):
+        values = self.__dict__["values"]
+        if name in values:
+            return values[name]
+        return getattr(self.__dict__["_config"], name)
+
+
+# Trainers whose compiled programs later Trainers of the same program_config reuse
+_PROGRAMS: "collections.OrderedDict[Any, Trainer]" = collections.OrderedDict()
+_MAX_PROGRAMS = 16
 
 
 @struct.dataclass
@@ -143,24 +231,34 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
         if self.actor_kind in ("truncate", "mask"):
             importance.check_weight_kind(self.actor_kind, cfg.actor_clip)
         # the actor-correction row (issue 21) and its parameters (train.actor_weights)
-        self.actor_row, self.actor_row_params = actor_weights.resolve(
+        self.actor_row, self._row_params = actor_weights.resolve(
             self.actor_kind, cfg.actor_params, cfg.actor_clip)
         self.num_updates = cfg.num_updates
         self.gt_horizon = cfg.gt_horizon or gt_lib.horizon_for(cfg.gamma, 0.01)
         self.eval_horizon = int(min(getattr(self.env_params, "max_steps_in_episode", 1000), 5000))
-        self.actor_tx = self._optimizer(cfg.actor_lr)
-        critic_epochs = cfg.critic_steps if cfg.critic_first else cfg.update_epochs
-        self.critic_tx = self._optimizer(cfg.critic_lr, critic_epochs)
-        self.baseline_tx = self._optimizer(cfg.baseline_lr or cfg.critic_lr, critic_epochs)
-        # decoupled pi_old (issue 13): PPO-EWMA rate from the lag law's mean unless given
-        self.ewma_decay = dec.trainer_ewma_decay(cfg.ewma_decay, self.law.mean(self.num_versions))
+        self.critic_epochs = cfg.critic_steps if cfg.critic_first else cfg.update_epochs
         # route diagnostics (train.route_metrics) need the exact route's pi_old for every route
         self.route_diag = bool(cfg.pi_old_route) and cfg.gt_every > 0
-        self._train = jax.jit(self._train_impl, static_argnums=(2,))
-        # lax.map, not vmap: a vmapped flax orthogonal init is a *batched* LAPACK QR, which
-        # jaxlib 0.10 splits over the 2-thread XLA:CPU pool from inside a pool thread and
-        # can deadlock (observed on this 2-core machine); unbatched QRs run inline.
-        self._init = jax.jit(lambda keys: jax.lax.map(self.init_one, keys))
+        # the traced values (learning rates, clips, the lag law's parameter, ...) and the
+        # compiled programs, shared by every Trainer of the same program_config
+        self.host_values = program_values(cfg)
+        self.program_key = program_config(cfg)
+        template = _PROGRAMS.get(self.program_key) if constrain is None else None
+        if template is None:
+            template = self
+            self._train = jax.jit(self._train_impl, static_argnums=(2,))
+            # lax.map, not vmap: a vmapped flax orthogonal init is a *batched* LAPACK QR,
+            # which jaxlib 0.10 splits over the 2-thread XLA:CPU pool from inside a pool
+            # thread and can deadlock (observed on this 2-core machine); unbatched QRs run
+            # inline.
+            self._init = jax.jit(self._init_impl)
+            if constrain is None:
+                _PROGRAMS[self.program_key] = self
+                while len(_PROGRAMS) > _MAX_PROGRAMS:
+                    _PROGRAMS.popitem(last=False)
+        else:
+            _PROGRAMS.move_to_end(self.program_key)
+            self._train, self._init = template._train, template._init
 
     # -- construction ------------------------------------------------------------------
     def _check_env_gamma(self):
@@ -172,6 +270,58 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
         if abs(env_gamma - cfg.gamma) > 1e-6:
             raise ValueError(f"gamma={cfg.gamma} differs from the env's gamma={env_gamma:g} "
                              f"({cfg.env!r}): set gamma={env_gamma:g} in the config")
+
+    # -- traced values -------------------------------------------------------------------
+    def values(self) -> dict:
+        """This config's traced values as arrays (the program's second argument)."""
+        return {k: jnp.asarray(v) for k, v in self.host_values.items()}
+
+    @contextlib.contextmanager
+    def traced(self, values: Optional[dict]):
+        """Inside: ``self.config`` reads the :func:`program_values` names as ``values``
+        (traced arrays), so the program being traced does not depend on them."""
+        if values is None:
+            yield
+            return
+        saved = self.config
+        self.config = TracedConfig(saved, values)
+        try:
+            yield
+        finally:
+            self.config = saved
+
+    def _value(self, name: str):
+        """A traced value inside :meth:`traced`, else this config's (a constant)."""
+        cfg = self.config
+        return cfg.values[name] if isinstance(cfg, TracedConfig) else self.host_values[name]
+
+    @property
+    def actor_tx(self):
+        return self._optimizer(self._value("actor_lr"))
+
+    @property
+    def critic_tx(self):
+        return self._optimizer(self._value("critic_lr"), self.critic_epochs)
+
+    @property
+    def baseline_tx(self):
+        return self._optimizer(self._value("baseline_lr"), self.critic_epochs)
+
+    @property
+    def actor_row_params(self) -> dict:
+        """The actor row's parameters; its ``clip`` (``actor_clip``) is a traced value."""
+        if "clip" not in self._row_params:
+            return self._row_params
+        return dict(self._row_params, clip=self._value("actor_clip"))
+
+    @actor_row_params.setter
+    def actor_row_params(self, params: dict):
+        self._row_params = dict(params)
+
+    @property
+    def ewma_decay(self):
+        """PPO-EWMA rate (decoupled pi_old, issue 13): from the lag law's mean unless given."""
+        return self._value("ewma_decay")
 
     def _optimizer(self, lr: float, epochs: Optional[int] = None):
         cfg = self.config
@@ -228,10 +378,14 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             **extra,
         )
 
+    def _init_impl(self, keys: Array, values: Optional[dict] = None) -> TrainState:
+        with self.traced(values):
+            return jax.lax.map(self.init_one, keys)
+
     def init(self, keys: Optional[Array] = None) -> TrainState:
         """Initial states for all seeds (leading seed axis)."""
         keys = self.seed_keys() if keys is None else keys
-        return self._init(keys)
+        return self._init(keys, self.values())
 
     # -- networks ----------------------------------------------------------------------
     def actor_logits(self, params, obs):
@@ -245,16 +399,32 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             return samplers.sampler_log_probs(logits, self.sampler)
         return rollout_lib.sampling_log_probs(logits, self.config.temperature, self.config.top_k)
 
+    def _sample_lags(self, key, avail, idx) -> Array:
+        """This update's lags [B] from the lag law (its parameter traced, ``_value``)."""
+        B, K, law = self.config.num_envs, self.num_versions, self.law
+        if law.kind == "fixed":
+            return lag_lib.cap_lags(jnp.full((B,), self._value("lag"), jnp.int32), avail)
+        if law.kind == "trace":
+            return law.sample(key, B, K, available=avail, step=idx)
+        return lag_lib.cap_lags(lag_lib.sample_from_logits(key, self._value("lag_logits"), B),
+                                avail)
+
     def _rollout(self, actor_params, versions, env_carry, key, idx, k_lag=None):
+        """One rollout. The actor runs once per VERSION it acts with (``lag.VersionTable``:
+        the newest and the common lag under ``fixed:L``, else lags 0..K-1), never per env."""
         cfg = self.config
         if versions is not None:
             avail = jnp.minimum(lag_lib.available(versions), self.num_versions)
             lags = (jnp.zeros((cfg.num_envs,), jnp.int32) if k_lag is None else
-                    self.law.sample(k_lag, cfg.num_envs, self.num_versions, available=avail,
-                                    step=idx))
-            actor_for_rollout = versions
+                    self._sample_lags(k_lag, avail, idx))
+            if self.law.kind == "fixed" and cfg.switch_every <= 0:  # one lag for all envs
+                lag = 0 if k_lag is None else self._value("lag")
+                table = lag_lib.common_table(versions, lag_lib.cap_lags(lag, avail))
+            else:
+                table = lag_lib.lag_table(versions, self.num_versions)
+            actor_for_rollout = self.constrain("rollout_actor", table)
         else:
-            lags, actor_for_rollout = None, actor_params
+            lags, actor_for_rollout = None, self.constrain("rollout_actor", actor_params)
         return rollout_lib.rollout(
             self.env, self.env_params, self.actor_logits, actor_for_rollout, env_carry, key,
             num_steps=cfg.num_steps, lags=lags, switch_every=cfg.switch_every,
@@ -299,10 +469,7 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
         else:
             gt_metrics = self._ground_truth(state, traj, k_gt, idx)
 
-        # 5. epochs x minibatches
-        def flat(x):
-            return None if x is None else x.reshape((T * n_cols,) + x.shape[2:])
-
+        # 5. epochs x minibatches over the [T, B] batch (env-local shuffles)
         actor_w = critic_w = None
         if self.masked:
             critic_w = jnp.ones((T, n_cols), jnp.float32) if valid is None else valid
@@ -310,14 +477,13 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             if ltraj.is_action is not None:
                 actor_w = critic_w * ltraj.is_action.astype(jnp.float32)
         batch = Batch(
-            obs=flat(ltraj.obs), action=flat(ltraj.action), log_mu=flat(prep.log_mu),
-            log_pi_old=flat(log_pi_old), log_mu_all=flat(prep.inputs.log_mu_all),
-            log_pi_old_all=flat(log_pi_old_all),
-            advantages=flat(prep.advantages), targets=flat(prep.targets),
-            critic_w=flat(critic_w), actor_w=flat(actor_w),
-            log_rho=flat(prep.inputs.transitions.log_rhos) if self.baseline_net else None,
-            bstar_h=flat(prep.bstar_h) if self.baseline_net else None,
-            actor_weight=flat(self._update_actor_weights(ltraj, prep, log_pi_old, actor_w)),
+            obs=ltraj.obs, action=ltraj.action, log_mu=prep.log_mu, log_pi_old=log_pi_old,
+            log_mu_all=prep.inputs.log_mu_all, log_pi_old_all=log_pi_old_all,
+            advantages=prep.advantages, targets=prep.targets, critic_w=critic_w,
+            actor_w=actor_w,
+            log_rho=prep.inputs.transitions.log_rhos if self.baseline_net else None,
+            bstar_h=prep.bstar_h if self.baseline_net else None,
+            actor_weight=self._update_actor_weights(ltraj, prep, log_pi_old, actor_w),
         )
         learn = (state.actor_params, state.critic_params, state.actor_opt_state,
                  state.critic_opt_state, state.baseline_params, state.baseline_opt_state)
@@ -355,7 +521,7 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             **gt_metrics,
         }
         if cfg.pi_old_route:
-            metrics.update(self._route_metrics(state, ltraj, prep, batch, idx))
+            metrics.update(self._route_metrics(state, ltraj, prep, self._fixed_rows(batch), idx))
             pi_all = jnp.exp(ltraj.log_pi_all)
             metrics["pi_old_kl"] = wmean(
                 jnp.sum(pi_all * (ltraj.log_pi_all - jnp.maximum(
@@ -377,6 +543,17 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             ewma=ewma,
         )
         return new_state, metrics
+
+    def _fixed_rows(self, batch: Batch) -> Batch:
+        """The [T B] time-major rows the route diagnostics split into ``num_minibatches``
+        fixed contiguous minibatches, advantages as the actor loss takes them on each
+        (:func:`~vccc_jax.train.learner.effective_advantages`)."""
+        rows = flat_rows(batch)
+        m = self.config.num_minibatches
+        per_mb = lambda x: None if x is None else x.reshape((m, -1))  # noqa: E731
+        adv = effective_advantages(per_mb(rows.advantages), per_mb(rows.actor_w),
+                                   self.config.normalize_advantages)
+        return rows._replace(advantages=adv.reshape(-1))
 
     def _pi_old(self, state: TrainState, ltraj, prep) -> tuple[Array, Array]:
         """The actor's proximal policy (log pi_old(a_t|s_t), log pi_old(.|s_t)), [T, B(, A)].
@@ -409,9 +586,9 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
         log_rho_data = prep.log_pi_old - ltraj.log_mu
         if valid is not None:
             log_rho_data = jnp.where(valid > 0, log_rho_data, 0.0)
-        diag = importance.ratio_diagnostics(
-            log_rho_data, kind=cfg.clip_kind, clip=cfg.clip,
-            versions=jnp.clip(ltraj.lag, 0, K + cfg.replay_updates - 1),
+        diag = importance.ratio_diagnostics(  # env-major [B, T]: flattens on a mesh
+            log_rho_data.T, kind=cfg.clip_kind, clip=cfg.clip,
+            versions=jnp.clip(ltraj.lag, 0, K + cfg.replay_updates - 1).T,
             num_versions=K + cfg.replay_updates)
         pi_all = jnp.exp(ltraj.log_pi_all)
         # KL(pi_k || mu); actions mu cannot emit (top-k) count with log-ratio MAX_LOG_RHO
@@ -443,7 +620,14 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
         }
 
     # -- many updates ------------------------------------------------------------------
-    def _train_impl(self, states: TrainState, start: Array, num_updates: int):
+    def _train_impl(self, states: TrainState, start: Array, num_updates: int,
+                    values: Optional[dict] = None):
+        """``num_updates`` updates from index ``start``; ``values``: the traced
+        :func:`program_values` (None: this config's, as constants)."""
+        with self.traced(values):
+            return self._train_scan(states, start, num_updates)
+
+    def _train_scan(self, states: TrainState, start: Array, num_updates: int):
         num_seeds = jax.tree_util.tree_leaves(states.key)[0].shape[0]
         steps = jnp.arange(num_updates, dtype=jnp.int32)
         if num_seeds == 1:
@@ -472,11 +656,13 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             num_updates = self.num_updates
         if start is None:
             start = int(jax.device_get(states.update).reshape(-1)[0])
-        return self._train(states, jnp.asarray(start, jnp.int32), int(num_updates))
+        return self._train(states, jnp.asarray(start, jnp.int32), int(num_updates),
+                           self.values())
 
     def lower(self, states: TrainState, num_updates: int):
         """The lowered training function (for compile-time measurements)."""
-        return self._train.lower(states, jnp.asarray(0, jnp.int32), int(num_updates))
+        return self._train.lower(states, jnp.asarray(0, jnp.int32), int(num_updates),
+                                 self.values())
 
 
 def train(config: TrainConfig):
