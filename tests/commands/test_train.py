@@ -285,3 +285,33 @@ def test_gamma_is_taken_from_the_env_spec():
     assert run_lib.resolve_fields({"env": "CartPole-v1"})["gamma"] == TrainConfig().gamma
     fields = {"env": "CartPole-v1", "hidden": 8, "clip": 3}
     assert run_lib.config_from(fields).to_dict() == run_lib.resolve_fields(fields)
+
+
+def test_second_ctrl_c_quits_even_while_the_main_thread_is_busy(capsys):
+    """Ctrl-C during a compile or a jitted call: Python signal handlers wait for the main thread,
+    so the watcher thread reads the signal from the wakeup fd. The first Ctrl-C asks the loop to
+    stop (and says so at once), the second calls ``on_force`` from the watcher thread."""
+    import os
+    import signal
+    import threading
+
+    forced, where = threading.Event(), []
+    before = signal.getsignal(signal.SIGINT)
+
+    def on_force():
+        where.append(threading.current_thread() is threading.main_thread())
+        forced.set()
+
+    with cmd._SigintStops(on_force=on_force) as stop:
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the loop stops itself
+        for _ in range(6000):  # safety net only (60 s): the watcher answers in microseconds
+            if stop():
+                break
+            threading.Event().wait(0.01)
+        assert stop() and not forced.is_set()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert forced.wait(600)
+    assert where == [False]  # called by the watcher, not by a Python handler of the main thread
+    assert "Ctrl-C again to quit now" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is before  # handler and wakeup fd restored
+    assert signal.set_wakeup_fd(-1) == -1

@@ -50,7 +50,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from vccc_jax.commands.common import Parser, dry_run, guarded
 from vccc_jax.commands.shards import add_shard_flags, scaled
@@ -373,29 +373,65 @@ def _interruptible(body, *args_) -> int:
 
 
 class _SigintStops:
-    """While active, the first Ctrl-C (SIGINT) only sets a flag (``stop()`` is True); the
-    training loop checkpoints after the chunk in flight and stops. A second Ctrl-C raises
-    KeyboardInterrupt at once. Outside the main thread it does nothing (signals go there)."""
+    """While active, the first Ctrl-C (SIGINT) sets a flag (``stop()`` is True) and says so at
+    once; the training loop checkpoints after the chunk in flight and stops. A second Ctrl-C
+    quits at once: ``on_force()`` (default: exit 130 with ``message()``), even while the main
+    thread is inside a compile or a jitted call, where Python signal handlers cannot run: a
+    watcher thread reads the signal from ``signal.set_wakeup_fd``, which the C-level handler
+    writes as the signal arrives. Quitting between saves is safe: a save is a rename of a
+    finished temporary directory (kill -9 at random times is tested to resume bitwise).
+    Outside the main thread it does nothing (signals go there)."""
 
-    def __init__(self):
-        self.requested, self.old = False, None
+    def __init__(self, message: Callable[[], str] = lambda: "interrupted",
+                 on_force: Optional[Callable[[], None]] = None):
+        self.requested, self.old, self.count = False, None, 0
+        self.message = message
+        self.on_force = on_force or (lambda: _exit_interrupted(self.message()))
 
     def __call__(self) -> bool:
         return self.requested
 
     def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
+        """The Python-level handler: a no-op, so SIGINT raises nothing (the watcher counts)."""
+
+    def _watch(self, fd: int) -> None:
+        while True:
+            try:
+                data = os.read(fd, 64)
+            except OSError:
+                return
+            if not data:  # the write end was closed by __exit__
+                return
+            for signum in data:
+                if signum != signal.SIGINT:
+                    continue
+                self.count += 1
+                if self.count == 1:
+                    self.requested = True
+                    print("\nvccc train: stopping after the updates in flight (they are "
+                          "checkpointed); Ctrl-C again to quit now", file=sys.stderr, flush=True)
+                else:
+                    self.on_force()
+                    return
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
+            self._r, self._w = os.pipe()
+            os.set_blocking(self._w, False)
             self.old = signal.signal(signal.SIGINT, self._handler)
+            self.old_fd = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+            self._thread = threading.Thread(target=self._watch, args=(self._r,), daemon=True,
+                                            name="vccc-sigint")
+            self._thread.start()
         return self
 
     def __exit__(self, *exc):
         if self.old is not None:
+            signal.set_wakeup_fd(self.old_fd)
             signal.signal(signal.SIGINT, self.old)
+            os.close(self._w)  # the watcher reads EOF and ends
+            self._thread.join()
+            os.close(self._r)
 
 
 def _stopped(out: Path, e) -> str:
@@ -417,7 +453,7 @@ def _single(cfg, out: Path, args, resume: bool, command: list) -> int:
 
     every, seconds = args.checkpoint_every
     try:
-        with _SigintStops() as stop:
+        with _SigintStops(lambda: _stopped(out, None)) as stop:
             summary, rows = run_one(cfg, out, chunk=args.chunk, checkpoint_every=every,
                                     checkpoint_seconds=seconds, resume=resume,
                                     quiet=args.quiet, mesh=args.mesh_obj, fsdp=args.fsdp,
@@ -457,8 +493,9 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
 
     from vccc_jax.runs.train import Interrupted
 
+    resume_line = "finished cells are in the store: rerun the same command to resume"
     try:
-        with _SigintStops() as stop:
+        with _SigintStops(lambda: f"interrupted; {resume_line}") as stop:
             results = run_grid(name, cells, out, quiet=args.quiet or not is_main(),
                                on_cell=on_cell, mesh=args.mesh_obj, fsdp=args.fsdp,
                                checkpoint_every=args.checkpoint_every[0],
@@ -466,7 +503,7 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
     except KeyboardInterrupt as e:
         msg = (f"interrupted after update {e.update} of {e.total} of a cell (checkpointed)"
                if isinstance(e, Interrupted) else "interrupted")
-        msg += "; finished cells are in the store: rerun the same command to resume"
+        msg += "; " + resume_line
         if not isinstance(e, Interrupted):
             _exit_interrupted(msg)
         if is_main():
