@@ -6,7 +6,14 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from vccc_jax.plotting.style import EXACT_COLOR, figsize, legend_below, method_style, styled
+from vccc_jax.plotting.style import (
+    EXACT_COLOR,
+    figsize,
+    fmt_num,
+    legend_below,
+    method_style,
+    styled,
+)
 
 
 def bandit_table(data: dict) -> str:
@@ -24,7 +31,7 @@ def fig_bandit(data: dict):
     """Left: Var_mu(Y_b) against the baseline b (Eq 4 target; parabola, minimum at b* of
     Eq 9) with the write-up's three baselines marked. Right: the targets Y_b(a) per action
     for each baseline; every corrected target has mean V^pi (dashed)."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=figsize("two", 2.6), layout="constrained")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=figsize("two", 3.4), layout="constrained")
     c = data["curve"]
     ax.plot(c["b"], c["var"], color=method_style("vccc").color, label=r"$\mathrm{Var}_\mu(Y_b)$")
     marks = [r for r in data["table"] if r["b"] is not None]
@@ -32,12 +39,11 @@ def fig_bandit(data: dict):
               method_style("vccc_bstar").color]
     for r, col, mk in zip(marks, colors, ("o", "s", "D")):
         ax.plot([r["b"]], [r["var"]], marker=mk, color=col, ls="none", ms=6,
-                label=f"{r['baseline']}: b={r['b']:.3g}, Var={r['var']:.3g}")
+                label=f"{r['baseline']}: b={fmt_num(r['b'])}, Var={fmt_num(r['var'])}")
     ax.set_xlabel("baseline b")
     ax.set_ylabel(r"$\mathrm{Var}_\mu(Y_b)$")
     ax.set_title(r"variance of $Y_b = H + (\rho-1)(H-b)$ vs b")
-    ax.set_ylim(top=max(c["var"]) * 1.55)
-    ax.legend(loc="upper center", fontsize=6.5)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6.5)
     x = np.arange(2)
     rows = data["table"]
     width = 0.8 / len(rows)
@@ -53,8 +59,7 @@ def fig_bandit(data: dict):
                       f"$a_1$: r={data['rewards'][1]:g}, $\\rho$={data['rho'][1]:.3g}"])
     bx.set_ylabel("target value Y(a)")
     bx.set_title(rf"targets per action ($\mu(a_1)$={mu[1]:g}, $\pi(a_1)$={pi[1]:g})")
-    bx.set_ylim(top=max(r["y_a1"] for r in rows) * 1.3)
-    bx.legend(fontsize=6.5, loc="upper left", ncol=2)
+    bx.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.suptitle("Sec 4.1 bandit: the baseline changes the variance, never the mean (exact)")
     return fig
 
