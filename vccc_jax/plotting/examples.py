@@ -11,6 +11,7 @@ from vccc_jax.plotting.style import (
     figsize,
     fmt_num,
     legend_below,
+    log_ticks,
     method_style,
     styled,
 )
@@ -128,6 +129,7 @@ def fig_vtrace_tradeoffs(data: dict, n: int | None = None):
                      if r["n"] == nn and r["rho_bar"] == 1.0 and r["c_bar"] == 1.0)
         ax.plot(*zip(*pts), marker="o", color=plt.cm.cividis(k / max(1, len(ns) - 1) * 0.85),
                 label=f"n = {nn}")
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1])
     ax.set_xlabel(r"$\lambda$")
     ax.set_ylabel("target variance (d-weighted)")
     ax.set_title(r"(b) variance vs $\lambda$ ($\bar\rho=\bar c=1$)")
@@ -142,11 +144,11 @@ def fig_vtrace_tradeoffs(data: dict, n: int | None = None):
                 color=plt.cm.viridis(k / max(1, len(cbs) - 1) * 0.9),
                 label=rf"$\bar c$ = {_fmt_bar(cb)}")
     ax.set_xscale("log")  # variance spans decades across c_bar
-    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    log_ticks(ax, "x")
     ax.set_xlabel("target variance (log)")
     ax.set_ylabel("RMS bias")
     ax.set_title(rf"(c) bias vs variance, n={n}, $\lambda$=1" "\n" r"(points: $\bar\rho$ = 0.5..$\infty$)")
-    ax.legend(fontsize=6.5)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
     # (d) contraction vs lambda per c_bar
     ax = axes[3]
     for k, cb in enumerate(cbs):
@@ -154,6 +156,7 @@ def fig_vtrace_tradeoffs(data: dict, n: int | None = None):
                      if r["n"] == n and r["rho_bar"] is None and r["c_bar"] == cb)
         ax.plot(*zip(*pts), marker="os^D"[k % 4], color=plt.cm.viridis(k / max(1, len(cbs) - 1) * 0.9),
                 label=rf"$\bar c$ = {_fmt_bar(cb)}")
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1])
     ax.set_xlabel(r"$\lambda$")
     ax.set_ylabel(r"contraction $\|M\|_\infty$")
     ax.set_title(rf"(d) contraction, n={n}, $\bar\rho=\infty$")

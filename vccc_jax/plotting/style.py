@@ -190,12 +190,20 @@ def dodge(x, k: int, n: int, step: float = 0.03):
 
 
 def log_ticks(ax, axis: str = "y") -> None:
-    """Label a log axis at 1, 2, 5 x 10^k as well, so an axis spanning less than two decades
-    shows more than two labelled ticks."""
+    """Enough labelled ticks on a log axis, from its current limits (call it after plotting):
+    under ~half a decade plain round numbers, under 1.5 decades 1, 2, 5 x 10^k, under 3
+    decades 1, 3 x 10^k, else every decade; labels as plain numbers (0.02, not 2 x 10^-2)."""
     a = ax.yaxis if axis == "y" else ax.xaxis
-    a.set_major_locator(mticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    span = np.log10(hi / lo) if lo > 0 else np.inf
+    if span < 0.6:
+        loc = mticker.MaxNLocator(nbins=4)
+    else:
+        subs = (1.0, 2.0, 5.0) if span < 1.5 else (1.0, 3.0) if span < 3 else (1.0,)
+        loc = mticker.LogLocator(base=10, subs=subs, numticks=30)
+    a.set_major_locator(loc)
     a.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    a.set_minor_locator(mticker.LogLocator(base=10, subs=np.arange(1, 10)))
+    a.set_minor_locator(mticker.LogLocator(base=10, subs=np.arange(1, 10), numticks=30))
     a.set_minor_formatter(mticker.NullFormatter())
 
 
@@ -220,7 +228,8 @@ def zero_band(axes, values, tol: float = ZERO_TOL, label: str | None = None) -> 
     """Log y axes (shared limits) whose bottom strip, shaded, with the tick ``label`` ("exact"),
     holds every value below ``tol``, instead of a log axis running from 1e-14 up to the data
     as if the error fell gradually. The strip is separated from the data by a gap and a
-    break mark. Returns the map to apply to y values before plotting."""
+    break mark; with no value below ``tol`` the axes are plain log axes. Returns the map to
+    apply to y values before plotting."""
     axes = list(np.atleast_1d(axes).ravel())
     v = np.asarray([x for x in np.ravel(values) if x is not None], np.float64)
     v = v[np.isfinite(v)]
@@ -231,6 +240,12 @@ def zero_band(axes, values, tol: float = ZERO_TOL, label: str | None = None) -> 
     level = lo / 10 ** 0.9
     bottom = lo / 10 ** 1.25
     label = label or "exact"
+    if not (v < tol).any():  # nothing exact: a plain log axis (1-2-5 ticks when narrow)
+        for ax in axes:
+            ax.set_yscale("log")
+            if hi / lo < 100:
+                log_ticks(ax, "y")
+        return ZeroBand(lo, lo, tol)
     ceil = max(hi * 10 ** 0.25, top * 10)
     decades = range(int(np.floor(np.log10(top))), int(np.ceil(np.log10(ceil))) + 1)
     ticks = [10.0 ** k for k in decades if 2 * top < 10.0 ** k <= ceil]
@@ -248,6 +263,19 @@ def zero_band(axes, values, tol: float = ZERO_TOL, label: str | None = None) -> 
         for dy in (0.93, 1.07):  # break mark "//" on the y axis between the strip and the data
             ax.plot([-0.015, 0.015], [top * dy / 1.12, top * dy * 1.12], **kw)
     return ZeroBand(level, top, tol)
+
+
+def band_line(ax, band: ZeroBand, x, y, *, color, ls="-", lw: float = 1.3, **marker_kw):
+    """Draw y(x) on a :func:`zero_band` axis: the line (style ``ls``) between nonzero values,
+    thin dotted segments into and along the "exact" strip (a fall to exact zero is a jump, not a
+    gradual change), markers (``marker_kw``: marker, label, ...) at every point."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    yy, exact = band(y), band.exact(y)
+    for i in range(len(x) - 1):
+        both = not (exact[i] or exact[i + 1])
+        ax.plot(x[i:i + 2], yy[i:i + 2], color=color, lw=lw if both else 0.7,
+                ls=ls if both else ":", zorder=2)
+    ax.plot(x, yy, color=color, ls="none", zorder=3, **marker_kw)
 
 
 def legend_below(fig, ax=None, ncol: int = 2, handles=None, labels=None) -> None:

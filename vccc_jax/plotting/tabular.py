@@ -33,6 +33,7 @@ from vccc_jax.plotting.style import (
     VAR_LABEL,
     _style,
     _styled,
+    band_line,
     dodge,
     lag_axis,
     log_ticks,
@@ -172,18 +173,12 @@ def fig_error_vs_lag(rows, family=None, clip=None, methods: Optional[Sequence[st
                 continue
             c, pts = series[law, m]
             lags, err = map(np.asarray, zip(*pts))
-            x, y, exact = dodge(lags, k, len(drawn)), band(err), band.exact(err)
             label, color, marker = _style(m)
             if c is not None:
                 label = f"{label}, c={c:g}"
-            ls = method_linestyle(m)
-            # solid (or the method's dash) between nonzero errors; dotted into the exact strip
-            for i in range(len(x) - 1):
-                both = not (exact[i] or exact[i + 1])
-                ax.plot(x[i:i + 2], y[i:i + 2], color=color, lw=1.3 if both else 0.7,
-                        ls=ls if both else ":", zorder=2)
-            ax.plot(x, y, marker=marker, color=color, ls="none", ms=4.5, label=label, zorder=3,
-                    mfc="white" if m in ("vtrace", "centered_baseline") else color)
+            band_line(ax, band, dodge(lags, k, len(drawn)), err, color=color,
+                      ls=method_linestyle(m), marker=marker, ms=4.5, label=label,
+                      mfc="white" if m in ("vtrace", "centered_baseline") else color)
         lag_axis(ax, R.lags)
         ax.set_title(f"law: {law}")
     for ax in axes[-1]:
