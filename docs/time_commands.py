@@ -62,6 +62,9 @@ ROWS = (
     ("sweep-smoke", ("sweep", "--config", "experiments/tabular_smoke.toml", "--results",
                      "results/smoke", "--figures", "figures/smoke", "--no-progress"),
      "small tabular sweep"),
+    ("figures", ("figures", "--results", "results", "--out", "figures", "--gallery",
+                 "docs/figures", "--ipynb", "notebooks"),
+     "`make figures` + `make notebooks`: every notebook on `results/`"),
     ("verify-quick", ("verify", "--quick"), "every identity, fewer MDPs"),
     ("verify", ("verify",), "every identity of the write-up, exact + sampled"),
 )

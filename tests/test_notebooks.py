@@ -65,7 +65,7 @@ def test_notebook_runs_on_tiny_results(path, kernel, tmp_path):
         assert small.stat().st_size < 200_000, f"gallery PNG {name} over 200 KB"
     nb = nbformat.read(saved / f"{path.stem}.ipynb", as_version=4)  # what Jupyter opens
     nbformat.validate(nb)
-    assert nb.metadata.kernelspec.name == "python3"
+    assert nb.metadata.kernelspec.name == "python3" and "jupytext" not in nb.metadata  # unpaired
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert not code[0].source.startswith("%reset")  # the kernel-reuse cell is not saved
     assert any("injected-parameters" in c.metadata.get("tags", []) and str(DATA) in c.source

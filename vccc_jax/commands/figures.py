@@ -71,11 +71,13 @@ def execute(nb, cwd: Path, km=None, timeout: int = 600):
 
 def save_notebook(nb, path: Path, reused_kernel: bool = True) -> Path:
     """Write an executed notebook (outputs kept) for Jupyter, without the kernel-reset cell
-    that :func:`execute` put first when it reused a kernel."""
+    that :func:`execute` put first when it reused a kernel, and without the jupytext pairing
+    metadata (so saving it in Jupyter cannot overwrite ``notebooks/<name>.py``)."""
     import nbformat
 
     if reused_kernel and nb.cells and nb.cells[0].source.startswith("%reset -f"):
         nb.cells.pop(0)
+    nb.metadata.pop("jupytext", None)
     nbformat.validate(nb)
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(path))

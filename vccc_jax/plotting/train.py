@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 
 from vccc_jax.analysis.seeds import bootstrap_band
@@ -82,6 +83,7 @@ def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
         elif hi_ok is not None:
             ax.set_ylim(max(lo_ok, float(np.nanmin(y)) - 0.05), hi_ok + 0.02)
         ax.set_xlabel("env steps")
+        ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))  # 200k, not 200000
         ax.set_ylabel(ylabel)
         ax.set_title(name)
     for ax in axes.ravel()[len(panels):]:
