@@ -89,7 +89,10 @@ def measure(name: str, argv: tuple, log_dir: Path) -> dict:
 
 
 def _minutes(s: float) -> str:
-    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
+    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
+
+
+QUIET = (" --no-progress", " --no-figures", " --quiet")  # left out of the table's command text
 
 
 def render(records: list[dict]) -> str:
@@ -105,13 +108,18 @@ def render(records: list[dict]) -> str:
             continue
         dates.add(r["date"][:10])
         hosts.add(r["host"])
-        lines.append(f"| `{r['command']}` | {what[name]} | {_minutes(r['wall_s'])} | "
+        command = r["command"]
+        for flag in QUIET:
+            command = command.replace(flag, "")
+        lines.append(f"| `{command}` | {what[name]} | {_minutes(r['wall_s'])} | "
                      f"{_minutes(r['cpu_s'])} | {r['load_start']:.0f}-{r['load_end']:.0f} |")
-    head = (f"Measured {', '.join(sorted(dates))} on {', '.join(sorted(hosts))} "
-            "(`docs/time_commands.py`), cold (imports and compiles included). The machine was "
-            "shared with other jobs (load average in the last column; 2 would be one job per "
-            "core), so wall times are several times what an idle machine gives; CPU time "
-            "(user + system) is the steadier number.")
+    head = (f"Measured {', '.join(sorted(dates))} on {', '.join(sorted(hosts))} (x86-64, no "
+            "GPU) by `docs/time_commands.py`, each command cold (imports and compiles "
+            "included; sweeps ran with `--no-progress`, the comparator sweeps with "
+            "`--no-figures`, the train run with `--quiet`). The machine was shared with other "
+            "jobs (load average in the last column; 2 would be one job per core), so wall "
+            "times are several times what an idle machine gives; CPU time (user + system) is "
+            "the steadier number.")
     return "\n".join([head, "", *lines])
 
 
