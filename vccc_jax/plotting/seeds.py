@@ -137,7 +137,7 @@ def fig_paired_differences(rows: list[dict], key: str = "final_eval_return",
             continue
         pts.sort(key=lambda t: t[0])
         label, color, marker = method_style(critic)
-        x = dodge(np.array([p[0] for p in pts]), k, len(critics), 0.06)
+        x = dodge(np.array([p[0] for p in pts]), k, len(critics), 0.25)
         y = np.array([p[1]["point"] for p in pts])
         err = [[p[1]["point"] - p[1]["lo"] for p in pts], [p[1]["hi"] - p[1]["point"] for p in pts]]
         ax.errorbar(x, y, yerr=err, color=color, marker=marker, capsize=2, label=label)
