@@ -72,33 +72,44 @@ def _setup(task):
 
 
 def _all_truths(task, c):
-    """Every exact quantity the tests compare (one compile)."""
+    """Every exact quantity the tests compare (one compile; settings that differ only in the
+    critic share one vmapped body)."""
 
     pi_fn = lambda t: jax.nn.log_softmax(apply(c["params"], c["grid"][t]), -1)  # noqa: E731
     pi_vals = tk.policy_values(task, pi_fn)
 
-    def truth(log_mus, critic, **kw):
-        return tat.actor_update_truth(apply, c["params"], c["grid"], task, lambda t: log_mus[:, t],
-                                      c["post"], c["d"], critic, pi_values=pi_vals, **kw)
+    def truths(log_mus, critics, **kw):
+        return jax.vmap(lambda cr: tat.actor_update_truth(
+            apply, c["params"], c["grid"], task, lambda t: log_mus[:, t], c["post"], c["d"], cr,
+            pi_values=pi_vals, **kw))(critics)
 
-    def coeff(critic):
-        return tat.update_coefficients(task, pi_fn, lambda t: c["log_mus"][:, t], c["post"],
-                                       c["d"], critic, kind="truncate", clip=CLIP, centred=True)
+    def coeffs(critics):
+        return jax.vmap(lambda cr: tat.update_coefficients(
+            task, pi_fn, lambda t: c["log_mus"][:, t], c["post"], c["d"], cr, kind="truncate",
+            clip=CLIP, centred=True))(critics)
+
+    def pick(tree, i):
+        return jax.tree_util.tree_map(lambda x: x[i], tree)
 
     full = jnp.stack([c["log_mus"][0],  # two full-support versions
                       jax.nn.log_softmax(0.5 * apply(c["params"], c["grid"]), axis=-1)])
     trunc = dict(kind="truncate", clip=CLIP)
+    both = jnp.stack([c["v_pi"], c["critic"]])
+    ratio = truths(full, both, kind="ratio")
+    tr, tr_c = truths(c["log_mus"], both, **trunc), truths(c["log_mus"], both, **trunc, centred=True)
+    co = coeffs(jnp.stack([c["critic"], c["critic"].at[:, :, :, 1].add(5.0),
+                           c["critic"].at[:, :, :, M].add(5.0)]))
     return dict(
-        ratio=truth(full, c["v_pi"], kind="ratio"),
-        ratio_centred=truth(full, c["v_pi"], kind="ratio", centred=True),
-        ratio_noisy=truth(full, c["critic"], kind="ratio"),
-        trunc=truth(c["log_mus"], c["critic"], **trunc),
-        trunc_centred=truth(c["log_mus"], c["critic"], **trunc, centred=True),
-        trunc_vpi=truth(c["log_mus"], c["v_pi"], **trunc),
-        trunc_vpi_centred=truth(c["log_mus"], c["v_pi"], **trunc, centred=True),
-        coeff=coeff(c["critic"]),
-        coeff_k1=coeff(c["critic"].at[:, :, :, 1].add(5.0)),
-        coeff_km=coeff(c["critic"].at[:, :, :, M].add(5.0)),
+        ratio=pick(ratio, 0),
+        ratio_centred=pick(truths(full, c["v_pi"][None], kind="ratio", centred=True), 0),
+        ratio_noisy=pick(ratio, 1),
+        trunc=pick(tr, 1),
+        trunc_centred=pick(tr_c, 1),
+        trunc_vpi=pick(tr, 0),
+        trunc_vpi_centred=pick(tr_c, 0),
+        coeff=pick(co, 0),
+        coeff_k1=pick(co, 1),
+        coeff_km=pick(co, 2),
     )
 
 

@@ -69,7 +69,7 @@ def test_unknown_and_missing_keys():
         schema.parse(dict(exp, colour="red"))
     with pytest.raises(schema.ConfigError, match=r"unknown key base\.colour"):
         schema.parse(dict(exp, base=dict(exp["base"], colour="red")))
-    with pytest.raises(schema.ConfigError, match=r"base\.num_mdps must be a int"):
+    with pytest.raises(schema.ConfigError, match=r"base\.num_mdps must be an integer"):
         schema.parse(dict(exp, base=dict(exp["base"], num_mdps="2")))
     with pytest.raises(schema.ConfigError, match=r"missing key grid\.laws"):
         schema.parse(dict(exp, grid={"mean_lags": [0], "methods": ["vccc"]}))

@@ -299,6 +299,9 @@ def test_expected_weight_is_exact_in_float64():
     (dict(actor="sideways"), "actor must be"),
     (dict(clip_kind="mask", clip=0.5), "clip"),
     (dict(actor="mask", actor_clip=0.5), "actor_clip"),
+    (dict(actor="icepop", actor_params="alpha=2,beta=1"), "actor_params"),
+    (dict(actor="gspo", actor_params="clip=2"), "actor_params"),
+    (dict(actor="centered-gspo"), "score centring"),
     (dict(critic_lambda=1.5), "critic_lambda"),
     (dict(gamma=1.5), "gamma"),
     (dict(total_timesteps=10), "total_timesteps"),
@@ -311,6 +314,7 @@ def test_config_errors_name_the_argument(changes, match):
 def test_parse_actor():
     assert parse_actor("centered-mask") == ("mask", True)
     assert parse_actor("tis") == ("truncate", False)
+    assert parse_actor("GSPO") == ("gspo", False)  # any row of the actor table (issue 21)
     # geometric:8 keeps K with tail mass P(lag >= K) <= 1e-3: (8/9)^K <= 1e-3
     k = TrainConfig(lag="geometric:8").resolved_num_versions
     assert (8 / 9) ** k <= 1e-3 < (8 / 9) ** (k - 1)

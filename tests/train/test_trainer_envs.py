@@ -142,3 +142,99 @@ def test_sampler_spec_log_probs_match_samplers():
     tr = Trainer(TrainConfig(env=TAB, gamma=0.9, sampler="temp=0.5,k=2", total_timesteps=32, **SMALL))
     z = jnp.array([[0.3, -1.0, 2.0]])
     np.testing.assert_array_equal(tr.log_mu_fn(z), samplers.sampler_log_probs(z, tr.sampler))
+
+
+def test_actor_table_rows_in_the_learner(token_run):
+    """Rows of the actor table in the learner's loss (issue 21): its gradient is that of
+    -(1/sum m) sum_i w_i A_i log pi(a_i|s_i) (A normalised over the mask m) with w the NumPy
+    formula of the row: CISPO reads the CURRENT policy (no trust region), IcePop pi_old (x the
+    PPO ratio pi_theta / pi_old, inside its clip here), a per-update row (GSPO) the batch's
+    precomputed ``actor_weight``."""
+    import copy
+
+    from vccc_jax.train import actor_weights
+
+    tr, one, _, _, _ = token_run
+    n, v = 8, tr.num_actions
+    k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(3), 4)
+    obs = jax.random.normal(k1, (n,) + tr.obs_shape)
+    act = jnp.arange(n) % v
+    log_all = jax.nn.log_softmax(tr.actor_logits(one.actor_params, obs), -1)
+    lp = jnp.take_along_axis(log_all, act[:, None], -1)[:, 0]
+    lp_old = jnp.minimum(lp + 0.05 * jax.random.normal(k2, (n,)), 0.0)  # r = pi / pi_old in the clip
+    lmu = jnp.minimum(lp + 0.8 * jax.random.normal(k3, (n,)), 0.0)
+    m = jnp.array([1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+    adv = jax.random.normal(k4, (n,))
+    pre = jnp.linspace(0.2, 1.6, n)
+    mb = _Batch(obs=obs, action=act, log_mu=lmu, log_pi_old=lp_old, log_mu_all=log_all,
+                log_pi_old_all=log_all, advantages=adv, targets=jnp.zeros(n),
+                critic_w=jnp.ones(n), actor_w=m)
+
+    def learner(name, params):
+        t = copy.copy(tr)
+        t.actor_row, t.actor_row_params = actor_weights.resolve(name, params, 2.0)
+        t.actor_kind, t.centered = t.actor_row.name, False
+        return t
+
+    rows = {"cispo": (learner("cispo", "eps_low=0.2,eps_high=0.3"), mb),
+            "icepop": (learner("icepop", "alpha=0.7,beta=1.4"), mb),
+            "gspo": (learner("gspo", ""), mb._replace(actor_weight=pre))}
+    mn, an = np.asarray(m), np.asarray(adv)
+    mean = np.sum(mn * an) / mn.sum()
+    a_n = (an - mean) / (np.sqrt(np.sum(mn * (an - mean) ** 2) / mn.sum()) + 1e-8)
+    rho_cur = np.exp(np.asarray(lp) - np.asarray(lmu))
+    rho_old = np.exp(np.asarray(lp_old) - np.asarray(lmu))
+    w = {"cispo": np.clip(rho_cur, 0.8, 1.3),
+         "icepop": np.where((rho_old >= 0.7) & (rho_old <= 1.4), rho_old, 0.0),
+         "gspo": np.asarray(pre)}
+    assert (w["icepop"] == 0).any() and (w["icepop"] > 0).any() and (w["cispo"] != rho_cur).any()
+
+    def reference(p, name):  # d/dp of -(1/sum m) sum w A_n m (pi_p / pi_old or log pi_p)
+        lpp = jnp.take_along_axis(jax.nn.log_softmax(tr.actor_logits(p, obs), -1),
+                                  act[:, None], -1)[:, 0]
+        ratio = jnp.exp(lpp - lp_old) if name == "icepop" else lpp
+        return -jnp.sum(jnp.asarray(w[name]) * ratio * a_n * mn) / mn.sum()
+
+    grads = jax.jit(lambda p: {k: (jax.grad(lambda q: t._actor_loss(q, b)[0])(p),
+                                   jax.grad(reference)(p, k))
+                               for k, (t, b) in rows.items()})(one.actor_params)
+    flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)])  # noqa: E731
+    for name, (got, ref) in grads.items():
+        np.testing.assert_allclose(flat(got), flat(ref), rtol=2e-4, atol=1e-7, err_msg=name)
+
+
+def test_per_update_actor_weights_follow_episodes():
+    """``train.actor_weights.update_weights``: sequences are the episodes of each column (cut
+    at terminated / truncated steps), tool steps (mask 0) do not enter R, TOPR reads the sign
+    of the update-normalised advantage, AReaL the per-token lags; NumPy reference."""
+    from vccc_jax.train import actor_weights
+
+    rng = np.random.default_rng(0)
+    T_, B_ = 6, 3
+    lr = 0.5 * rng.normal(size=(T_, B_))
+    adv = rng.normal(size=(T_, B_)) + 0.3
+    mask = rng.uniform(size=(T_, B_)) > 0.25
+    term = np.zeros((T_, B_), bool)
+    trunc = np.zeros((T_, B_), bool)
+    term[2, 0], trunc[3, 1], term[0, 2], term[4, 2] = True, True, True, True
+    lags = rng.integers(0, 3, size=(T_, B_))
+    starts = np.asarray(actor_weights.sequence_starts(jnp.asarray(term), jnp.asarray(trunc)))
+    a_n = (adv - np.sum(mask * adv) / mask.sum())
+    a_n = a_n / (np.sqrt(np.sum(mask * a_n ** 2) / mask.sum()) + 1e-8)
+    ref_tis, ref_topr = np.zeros((T_, B_)), np.zeros((T_, B_))
+    for b in range(B_):
+        cuts = [0] + [t + 1 for t in range(T_ - 1) if term[t, b] or trunc[t, b]] + [T_]
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            r = np.exp(np.sum(np.where(mask[lo:hi, b], lr[lo:hi, b], 0.0)))
+            ref_tis[lo:hi, b] = np.minimum(r, 1.2)
+            ref_topr[lo:hi, b] = np.where(a_n[lo:hi, b] >= 0, 1.0, min(r, 1.0))
+    ref_areal = np.where(lags <= 1, np.exp(lr), 0.0)
+    rows = {name: actor_weights.resolve(name, params, clip) for name, params, clip in (
+        ("seq_tis", "", 1.2), ("topr", "", 2.0), ("areal", "max_staleness=1", 2.0))}
+    with jax.enable_x64(True):
+        got = jax.device_get(jax.jit(lambda *a: {name: actor_weights.update_weights(
+            row, p, a[0], jnp.zeros((T_, B_)), a[1], a[2], starts=a[3], lags=a[4], normalize=True)
+            for name, (row, p) in rows.items()})(*map(jnp.asarray, (lr, adv, mask, starts, lags))))
+    for name, ref in (("seq_tis", ref_tis), ("topr", ref_topr), ("areal", ref_areal)):
+        np.testing.assert_allclose(got[name], np.where(mask, ref, 0.0), rtol=1e-12, err_msg=name)
+    assert len(set(np.round(ref_tis[mask], 12))) > 3  # several sequences, different ratios

@@ -1,4 +1,5 @@
-"""``vccc bench estimators | tabular | train | scale``: flags and printing of the benchmarks.
+"""``vccc bench estimators | tabular | train | scale | routes | device | commands``: flags and
+printing of the benchmarks.
 
     vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--ceiling-mib M]
     vccc bench tabular    [--repeats N] [--min-time S] [--small]
@@ -6,6 +7,7 @@
     vccc bench scale      [...]   (flags: ``vccc bench scale --help``)
     vccc bench routes     [--updates N] [--seeds N] [--repeats N] [--routes a,b] [--lag L] ...
     vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
+    vccc bench commands   [--group start|comparators|all] [--only a,b] [--out FILE.md]
 
 The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
 this module parses, validates, prints the header before the (long) measurements, progress
@@ -29,6 +31,7 @@ SUMMARY = {
     "scale": "the sharded trainer at 1, 2, 4, 8 ... devices (weak and strong scaling)",
     "routes": "decoupled pi_old routes: trainer speed, compiled memory, extra state vs exact",
     "device": "everything a GPU/TPU host should measure, in one run: JSON + table in --out",
+    "commands": "wall and CPU time of the documented vccc commands, with the load",
 }
 
 
@@ -339,8 +342,51 @@ def device(argv: list[str]) -> Callable[[], int]:
     return bench
 
 
+# --------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------
+
+
+def commands_parser() -> Parser:
+    from vccc_jax.benchmarks import commands as b
+
+    p = Parser(prog=f"{PROG} commands", description=b.__doc__.split("\n\n")[0])
+    p.add_argument("--group", choices=(*b.GROUPS, "all"), default="start",
+                   help="which rows (default: start, a newcomer's first commands)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated rows instead: " + ",".join(r.name for r in b.ROWS))
+    p.add_argument("--out", default=None, help="also write the markdown table here")
+    p.add_argument("--timeout", type=_positive(float), default=None,
+                   help="seconds per command (default: none)")
+    return p
+
+
+def commands(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import commands as b
+    from vccc_jax.commands.common import output_file
+
+    args = commands_parser().parse_args(argv)
+    rows = b.select(args.only, None if args.group == "all" else args.group)
+    if args.out:
+        output_file(args.out, "--out")
+
+    def bench() -> int:
+        head = b.header()
+        _out(head)
+        results = b.run(rows, progress=_err, timeout=args.timeout)
+        table, tail = b.format_table(results), b.footer(results)
+        _out(table)
+        _out(tail)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(f"# Command times\n\n{head}\n\n{table}\n\n{tail}\n")
+        return 0 if all(r["returncode"] == 0 for r in results) else 1
+
+    return bench
+
+
 BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale,
-              "routes": routes, "device": device}
+              "routes": routes, "device": device, "commands": commands}
 
 
 @guarded("bench")

@@ -1,16 +1,20 @@
-"""What every command shares: one-line errors with exit status 2, and an argparse parser
-that reports through the same channel."""
+"""What every command shares: one-line errors with exit status 2, an argparse parser that
+reports through the same channel, and the output-location checks commands run before any
+compute."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
+from pathlib import Path
 from typing import Callable, NoReturn, Optional, Sequence
 
 EXIT_BAD_INPUT = 2
 # Errors that mean "the input is wrong": configs, flags, names, files.
-BAD_INPUT = (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError)
+BAD_INPUT = (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError,
+             NotADirectoryError, PermissionError)
 
 
 class UsageError(Exception):
@@ -56,3 +60,45 @@ def guarded(command: str) -> Callable:
         return run
 
     return wrap
+
+
+def check_output_dir(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` if it is a directory or could be made one, checked without creating
+    anything (its nearest existing ancestor must be a writable directory); else
+    ValueError naming ``flag``. :func:`output_dir` then makes it."""
+    p = Path(path)
+    probe = p
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{flag} {p}: cannot create directory ({probe} is not a directory)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {p}: cannot create directory ({probe} is not writable)")
+    return p
+
+
+def output_dir(path: str | os.PathLike, flag: str) -> Path:
+    """Create the output directory ``path`` (parents too) now, before any compute; one that
+    cannot be created raises ValueError naming ``flag``."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {p}: cannot create directory ({e.strerror or e})") from None
+    if not os.access(p, os.W_OK):
+        raise ValueError(f"{flag} {p}: directory is not writable")
+    return p
+
+
+def output_file(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` whose directory exists or can be created (made now); else ValueError."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {p}: is a directory, expected a file path")
+    try:
+        output_dir(p.parent, flag)
+    except ValueError as e:
+        raise ValueError(f"{flag} {p}: cannot create directory {p.parent} "
+                         f"({str(e).rpartition('(')[2]}") from None
+    return p
+

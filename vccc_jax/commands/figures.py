@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from vccc_jax.commands.common import Parser, fail, guarded
+from vccc_jax.commands.common import Parser, fail, guarded, output_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -147,10 +147,13 @@ def main(argv: Optional[list[str]] = None):
     from vccc_jax.runs.store import is_store, read_rows
 
     args = build_parser().parse_args(argv)
+    if args.timeout < 1:
+        raise ValueError(f"--timeout must be >= 1 second, got {args.timeout}")
     if args.store is not None:
         store = Path(args.store)
         if not is_store(store):  # a file, or a store's shard files (runs.store)
             return fail("figures", f"no result store at {store}")
+        output_dir(args.out, "--out")
 
         def draw_store() -> int:
             from vccc_jax import plotting
@@ -164,6 +167,9 @@ def main(argv: Optional[list[str]] = None):
     if not results.is_dir():
         return fail("figures", f"no results directory at {results}")
     names = notebooks(args.only)  # unknown names -> ValueError -> one line, exit 2
+    output_dir(args.out, "--out")
+    if args.gallery:
+        output_dir(args.gallery, "--gallery")
 
     def draw() -> int:
         run_notebooks(results, Path(args.out), Path(args.gallery) if args.gallery else None,

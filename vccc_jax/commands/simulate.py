@@ -1,6 +1,7 @@
 """``vccc simulate``: lag and wall-clock statistics of a described RL pipeline (issue 14).
 
-    vccc simulate --config experiments/pipeline_default.toml [--schedule async]
+    vccc simulate --config experiments/pipeline_default.toml [--set base.num_workers=32]
+                  [--schedule async]
                   [--partial-rollout | --no-partial-rollout] [--wait-for-slow]
                   [--num-updates N] [--seed S] [--trace-out lags.txt]
                   [--trace-weight episode|token] [--compare]
@@ -9,14 +10,15 @@ Prints a table of lag statistics (per token and per episode), wall-clock per upd
 reward-channel delays in optimiser steps; ``--compare`` adds one row per schedule on the
 same cluster. ``--trace-out`` writes a lag trace the trainer reads with ``--lag trace:@PATH``.
 The config is a ``kind = "pipeline"`` experiment (``runs.schema``: unknown keys are named).
-Bad input: one line ``vccc simulate: <what is wrong>`` on stderr and exit status 2.
+Bad input (flags, config keys and values, ``--set``, a ``--trace-out`` directory that cannot
+be made): one line ``vccc simulate: <what is wrong>`` on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+from typing import Optional
 
+from vccc_jax.commands.common import Parser, guarded, output_file
 from vccc_jax.pipeline import (
     SCHEDULES,
     lag_stats,
@@ -30,18 +32,11 @@ from vccc_jax.runs import schema
 PROG = "vccc simulate"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, status 2
-        raise _UsageError(message)
-
-
-class _UsageError(Exception):
-    pass
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Simulate an asynchronous RL pipeline: lags, wall-clock.")
+def build_parser() -> Parser:
+    p = Parser(prog=PROG, description="Simulate an asynchronous RL pipeline: lags, wall-clock.")
     p.add_argument("--config", required=True, help="pipeline TOML (experiments/pipeline_*.toml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the config (base.FIELD=V; repeatable)")
     p.add_argument("--schedule", choices=SCHEDULES, help="override the config's schedule")
     pr = p.add_mutually_exclusive_group()
     pr.add_argument("--partial-rollout", dest="partial", action="store_true", default=None)
@@ -83,32 +78,29 @@ def report(cfg, traces: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-        exp = schema.load(args.config)  # kind "pipeline" (runs/schema.py)
-        if exp.kind != "pipeline":
-            raise ValueError(f"{exp.path}: kind must be 'pipeline' for vccc simulate, got {exp.kind!r}")
-        cfg = schema.pipeline_config(exp)
-        changes = {k: v for k, v in dict(schedule=args.schedule, partial_rollout=args.partial,
-                                         num_updates=args.num_updates, seed=args.seed).items()
-                   if v is not None}
-        cfg = cfg.replace(**changes)
-        if args.wait_for_slow:
-            cfg = cfg.wait_for_slow()
+@guarded("simulate")
+def main(argv: Optional[list[str]] = None):
+    args = build_parser().parse_args(argv)
+    exp = schema.load(args.config, args.overrides)  # kind "pipeline" (runs/schema.py)
+    if exp.kind != "pipeline":
+        raise ValueError(f"{exp.path}: kind must be 'pipeline' for vccc simulate, got {exp.kind!r}")
+    cfg = schema.pipeline_config(exp)
+    changes = {k: v for k, v in dict(schedule=args.schedule, partial_rollout=args.partial,
+                                     num_updates=args.num_updates, seed=args.seed).items()
+               if v is not None}
+    cfg = cfg.replace(**changes)
+    if args.wait_for_slow:
+        cfg = cfg.wait_for_slow()
+    if args.trace_out:
+        output_file(args.trace_out, "--trace-out")
+
+    def run() -> int:
         names = SCHEDULES if args.compare else (cfg.schedule,)
         traces = {s: simulate(cfg.replace(schedule=s)) for s in names}
         print(report(cfg, traces))
         if args.trace_out:
             n = write_lag_trace(args.trace_out, traces[cfg.schedule], args.trace_weight)
             print(f"\nwrote {n} lags to {args.trace_out} (use --lag trace:@{args.trace_out})")
-    except (_UsageError, ValueError, OSError) as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"{PROG}: {msg}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run

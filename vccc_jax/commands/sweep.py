@@ -4,6 +4,10 @@ study (kinds critic_free, decoupled, rac, rac_wallclock), resumable.
     vccc sweep                                     # experiments/tabular_default.toml
     vccc sweep --config experiments/async_ac.toml  # kind = "async_ac"
     vccc sweep --config experiments/rac_two_channel.toml   # kind = "rac"
+    vccc sweep --set base.num_mdps=4 --set grid.mean_lags=0,1,2   # override the file
+    vccc sweep --dry-run                           # grid size and ETA, nothing computed
+    vccc sweep --export csv > tabular_default.csv  # the store as one flat table
+    vccc sweep --track tensorboard                 # + <results>/tensorboard/<name>/
 
 Interrupt it at any point (Ctrl-C, SIGKILL) and run the same command again: finished cells
 are kept and only the missing ones are computed (``runs.store``).
@@ -14,18 +18,24 @@ group's batch of cells over the mesh's "data" axis (the same rows as one device)
 SLURM / Open MPI / TPU pod launch: detected) runs it on several hosts, process 0 writing.
 
 Every kind scales out over machines (issue 22): ``--shards N [--launcher local|slurm]``
-launches N shard jobs, ``--shard i/N`` runs one (``commands.shards``).
+launches N shard jobs, ``--shard i/N`` runs one (``commands.shards``); ``--dry-run``,
+``--export`` and ``--track`` read the union of the shard files.
+
+Bad input (flags, a config key or value, ``--set``, an output directory that cannot be made)
+is one line ``vccc sweep: <what is wrong>`` and exit status 2, found before JAX is imported
+where the check does not need it.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Optional
 
-from vccc_jax.commands.common import Parser, fail, guarded
+from vccc_jax.commands.common import Parser, check_output_dir, fail, guarded, output_dir
 from vccc_jax.commands.shards import add_shard_flags, scaled
 from vccc_jax.commands.train import (
     add_distributed_flags,
@@ -44,10 +54,24 @@ def build_parser() -> Parser:
                    help="experiment .toml (kind tabular_sweep, async_ac, critic_free, decoupled, rac or "
                    "rac_wallclock; default: "
                    "experiments/tabular_default.toml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the config: base.FIELD=V, base.TABLE.FIELD=V, "
+                   "base.families[0].FIELD=V, grid.AXIS=a,b,c, name=N (repeatable; typed and "
+                   "checked as the file is)")
     p.add_argument("--results", default="results", help="result store directory (default: results)")
     p.add_argument("--figures", default="figures", help="figure directory (default: figures)")
     p.add_argument("--no-figures", action="store_true", help="skip writing figures")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress output at all")
+    p.add_argument("--track", default="none", metavar="SPEC",
+                   help="experiment tracking: none (default), tensorboard (event files in "
+                   "<results>/tensorboard/<name>) or tensorboard:DIR")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--dry-run", action="store_true",
+                      help="print the grid size, the cells already stored and an ETA; compute "
+                      "nothing")
+    what.add_argument("--export", choices=("csv",), default=None,
+                      help="write the result store as CSV on stdout (cell and metric columns; "
+                      "lists as JSON); compute nothing")
     add_mesh_flags(p)
     add_distributed_flags(p)
     add_shard_flags(p)
@@ -56,56 +80,168 @@ def build_parser() -> Parser:
 
 @guarded("sweep")
 def main(argv: Optional[list[str]] = None):
-    started = start_distributed(argv)  # before any jax array exists
+    argv = list(sys.argv[1:] if argv is None else argv)
+    started = start_distributed(argv)  # before any jax array exists (JAX only if asked)
     args = build_parser().parse_args(argv)
-    exp = schema.load(args.config or schema.default_path())
+    exp = schema.load(args.config or schema.default_path(), args.overrides)
+    store = Path(args.results) / f"{exp.name}.jsonl"
+    if args.export:
+        return lambda: _export(store, args)
+    from vccc_jax.runs.tracking import parse_spec
+
+    parse_spec(args.track)
+    if exp.kind not in SWEEP_KINDS:
+        raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with "
+                         f"`vccc {'simulate' if exp.kind == 'pipeline' else 'train'}`, "
+                         "not `vccc sweep`")
+    if not args.dry_run:  # before JAX; made (output_dir) once everything else is checked
+        check_output_dir(args.results, "--results")
+        if not args.no_figures:
+            check_output_dir(args.figures, "--figures")
     args.mesh_obj = None
     if args.devices is not None or args.mesh is not None or (
             started and exp.kind == "tabular_sweep"):  # several hosts: all their devices
         if exp.kind != "tabular_sweep":
             raise ValueError(f"--devices/--mesh split tabular sweeps; {exp.path} is {exp.kind!r}")
         args.mesh_obj = mesh_of(args)
+    from vccc_jax.runs.store import cell_id
+
+    cfg, body, cells = plan(exp)
+    ids = [cell_id(c) for c in cells]
+    if args.dry_run:
+        return lambda: dry_run(exp, ids, store)
+    run = scaled("sweep", main, argv, args,
+                 lambda: _interruptible(body, cfg, args, exp, ids, store), Path(args.results))
+    output_dir(args.results, "--results")  # last check (it creates them), before any compute
+    if not args.no_figures:
+        output_dir(args.figures, "--figures")
+    return run
+
+
+SWEEP_KINDS = ("tabular_sweep", "async_ac", "critic_free", "decoupled", "rac", "rac_wallclock")
+
+
+def plan(exp):
+    """(config, body, cells) of a sweep experiment: its semantic validation (unknown
+    methods, laws, ...: ValueError), the function that runs it and its cells as the store
+    keys them (``store.cell_id(cell)``), in grid order."""
     if exp.kind == "tabular_sweep":
         from vccc_jax.runs import tabular_config
 
-        cfg, body = tabular_config.config_of(exp), _tabular
-    elif exp.kind == "async_ac":
+        cfg = tabular_config.config_of(exp)
+        return cfg, _tabular, [c for g in tabular_config.expand(cfg) for _, c in g.cells]
+    if exp.kind == "async_ac":
         from vccc_jax.runs import async_ac
 
-        cfg, body = async_ac.config_of(exp), _async_ac
-    elif exp.kind == "critic_free":  # GRPO vs PS-PPO grid (commands/critic_free.py)
+        cfg = async_ac.config_of(exp)
+        return cfg, _async_ac, [dict(c, grid=cfg) for c in async_ac.grid_cells(cfg)]
+    if exp.kind == "critic_free":  # GRPO vs PS-PPO grid (commands/critic_free.py)
         from vccc_jax.commands import critic_free
         from vccc_jax.runs.critic_free import validate
 
-        validate(exp)
-        cfg, body = exp, critic_free.run
+        cells, body = validate(exp), critic_free.run
     elif exp.kind == "decoupled":  # exact pi_old-route study (runs/decoupled.py)
         from vccc_jax.runs.decoupled import validate
 
-        validate(exp)
-        cfg, body = exp, _decoupled
+        cells, body = validate(exp), _decoupled
     elif exp.kind == "rac":  # exact RAC bias cut (runs/rac.py)
         from vccc_jax.runs.rac import validate_bias_cut
 
-        validate_bias_cut(exp)
-        cfg, body = exp, _rac
-    elif exp.kind == "rac_wallclock":  # RAC vs wait-for-slow in wall-clock (runs/rac_wallclock.py)
+        cells, body = validate_bias_cut(exp), _rac
+    else:  # rac_wallclock: RAC vs wait-for-slow in wall-clock (runs/rac_wallclock.py)
         from vccc_jax.runs.rac_wallclock import validate_wallclock
 
-        validate_wallclock(exp)
-        cfg, body = exp, _rac
+        cells, body = validate_wallclock(exp), _rac
+    return exp, body, cells
+
+
+def cell_seconds(row: dict) -> Optional[float]:
+    """Measured compute seconds of one stored cell, compile excluded where the row says
+    how much it was (tabular groups); None if the row has no timing."""
+    meta = row.get("meta") or {}
+    t = meta.get("timings") or {}
+    if t.get("group_cells") and "run_s" in t:  # tabular: a group's compute, per cell
+        return t["run_s"] / t["group_cells"]
+    for value in (t.get("cell_s"), meta.get("seconds")):
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+def dry_run(exp, ids: list, store: Path) -> int:
+    """Print the grid size, how many of its cells ``store`` already holds, and an ETA for
+    the rest from the compute time the store measured (median per cell) plus its compile
+    time; unknown when it holds no timed cell. (``vccc train --config X --dry-run`` can
+    call it with ``[cell_id(c.to_dict()) for c in cells]`` and ``<out>/<name>.jsonl``.)"""
+    from vccc_jax.runs.progress import format_seconds
+    from vccc_jax.runs.store import read_rows
+
+    rows = read_rows(store)  # the union of its shard files; none yet: []
+    have = {r.get("id") for r in rows}
+    done = sum(i in have for i in ids)
+    todo = len(ids) - done
+    print(f"{exp.name} ({exp.kind}, {exp.path}): {len(ids)} cells, {done} already in {store}, "
+          f"{todo} to compute")
+    times = [t for t in map(cell_seconds, rows) if t is not None]
+    if not todo:
+        print("ETA 0 s: nothing to compute")
+    elif times:
+        per = statistics.median(times)
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        groups = {(r["meta"]["timings"].get("group"), r["meta"].get("created_utc")):
+                  r["meta"]["timings"]["compile_s"] for r in rows
+                  if "compile_s" in (r.get("meta") or {}).get("timings", {})}
+        compile_s = (f"{format_seconds(sum(groups.values()))} compile (as the stored run "
+                     "measured it)" if groups else "compile (not measured)")
+        print(f"ETA {format_seconds(todo * per)} compute + {compile_s}: {todo} cells x "
+              f"{per:.3g} s, the median compute time of {len(times)} cells stored in "
+              f"{store}; load average now {load}")
     else:
-        raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with `vccc train`, not `vccc sweep`")
-    return scaled("sweep", main, argv, args, lambda: _interruptible(body, cfg, args),
-                  Path(args.results))
+        print(f"ETA unknown: no timed cells in {store} yet (run it, or part of it, once)")
+    return 0
 
 
-def _interruptible(body, cfg: dict, args) -> int:
+def _export(store: Path, args) -> int:
+    from vccc_jax.runs.export import write_csv
+    from vccc_jax.runs.store import is_store, read_rows
+
+    if not is_store(store):
+        return fail("sweep", f"--export: no result store at {store} (run the sweep first, "
+                    "or pass --results DIR)")
+    n = write_csv(read_rows(store), sys.stdout)
+    print(f"vccc sweep: exported {n} rows of {store}", file=sys.stderr)
+    return 0
+
+
+def _track(args, exp, ids: list, store: Path) -> None:
+    """Every stored cell of this grid into the tracker (TensorBoard HParams: one row each)."""
+    from vccc_jax.runs.export import flatten
+    from vccc_jax.runs.store import rows_by_id
+    from vccc_jax.runs.tracking import open_tracker
+
+    by_id = rows_by_id(store)
+    rows = [by_id[i] for i in ids if i in by_id]
+    logdir = Path(args.results) / "tensorboard" / exp.name
+    with open_tracker(args.track, logdir=logdir, config={"name": exp.name, "kind": exp.kind,
+                                                          "config": exp.path}) as tracker:
+        for i, row in enumerate(rows):
+            cell = flatten({k: v for k, v in (row.get("cell") or {}).items() if k != "grid"})
+            tracker.log_cell(row["id"], cell, row.get("metrics") or {})
+            tracker.log(i, {"cells/" + k: v for k, v in (row.get("metrics") or {}).items()})
+    if not args.no_progress:
+        print(f"tracking: {len(rows)} cells in {args.track.partition(':')[2] or logdir}",
+              file=sys.stderr)
+
+
+def _interruptible(body, cfg, args, exp, ids: list, store: Path) -> int:
     from vccc_jax.runs.store import StoreLockedError
 
     t0 = time.perf_counter()
     try:
-        return body(cfg, args, t0)
+        rc = body(cfg, args, t0)
+        if args.track != "none":
+            _track(args, exp, ids, store)
+        return rc
     except KeyboardInterrupt:
         # The store is closed (every finished row is fsynced). Exit at once: interpreter
         # teardown after an XLA compile was interrupted can crash (seen: SIGSEGV at exit).
@@ -153,7 +289,7 @@ def _async_ac(cfg: dict, args, t0: float) -> int:
               flush=True)
 
     path, rows = async_ac.run_sweep(cfg, args.results, progress=not args.no_progress,
-                                    on_chunk=on_chunk)
+                                    on_chunk=None if args.no_progress else on_chunk)
     print(stats.summary_table(rows))
     print()
     print(stats.ratio_table(rows))

@@ -49,7 +49,8 @@ import jax.numpy as jnp
 
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs.rollout import sampling_log_probs
-from vccc_jax.estimators.importance import WeightKind, importance_weights
+from vccc_jax.estimators import actor_registry
+from vccc_jax.estimators.importance import WeightKind
 from vccc_jax.tabular import exact, history
 from vccc_jax.tabular.mdp import TabularMDP
 
@@ -239,17 +240,25 @@ def _surrogate_grad(apply_fn: ApplyFn, params: Any, obs_table: Array, coeff: Arr
 
 
 def td_actor_coefficients(log_pi: Array, log_mu: Array, adv: Array, *, kind: WeightKind,
-                          clip: Optional[float], centred: bool) -> Array:
+                          clip: Optional[float], centred: bool, params: Optional[dict] = None,
+                          next_prob: Optional[Array] = None, lags: Optional[Array] = None,
+                          threshold=None) -> Array:
     """Per-action coefficients of the one-step TD actor's expected update at one state under
     a behaviour mu (Sec 5.1; Eq 13 when ``centred``): E_mu[A (w u - c m_w) | s] =
     sum_a coeff(a) u(a) with coeff = mu w A - c E_mu[A | s] mu w, w = ``importance_weights(
-    log pi - log mu, kind, clip)`` (0 off mu's support). Shapes broadcast to [..., A]."""
-    mus = jnp.exp(log_mu)
-    w = jnp.where(mus > 0, importance_weights(log_pi - log_mu, kind, clip), 0.0)
-    coeff = mus * w * adv
-    if centred:  # - E_mu[A | s] m_w(s), m_w = sum_a mu w u
-        coeff = coeff - jnp.sum(mus * adv, axis=-1, keepdims=True) * mus * w
-    return coeff
+    log pi - log mu, kind, clip)`` (0 off mu's support). Shapes broadcast to [..., A].
+
+    ``kind`` may be any token-level row of ``estimators.actor_registry`` (issue 21; the
+    Eq 10 kinds are its first rows), with its ``params`` (``clip`` fills a row's clip), the
+    per-s' advantages ``adv`` [..., A, S'] and ``next_prob`` for sign-dependent rows, the
+    version ``lags`` (AReaL) and M2PO's population ``threshold``
+    (``tabular.exact_actor.correction_coefficients`` does the work)."""
+    row = actor_registry.get_actor_correction(kind)
+    merged = {"clip": clip} if clip is not None and "clip" in row.param_names else {}
+    merged.update(params or {})
+    return exact.correction_coefficients(log_pi, log_mu, adv, correction=row.name, params=merged,
+                                         centred=centred, next_prob=next_prob, lags=lags,
+                                         threshold=threshold)
 
 
 def actor_update_truth(
@@ -263,6 +272,7 @@ def actor_update_truth(
     kind: WeightKind = "ratio",
     clip: Optional[float] = None,
     centred: bool = False,
+    correction_params: Optional[dict] = None,
 ) -> ActorTruth:
     """Exact expected actor update vs Eq 12 (Sec 5.1, 5.2) for actor ``params``.
 
@@ -275,13 +285,32 @@ def actor_update_truth(
     with c = 1 when ``centred`` (Eq 13) else 0. With ``kind="ratio"`` and V_phi = V^pi it
     equals ``eq12`` exactly (the ``tabular`` identity, now in the network's parameter
     space). GAE / multi-step advantages are not covered. ``critic_values`` [N].
+
+    ``kind`` may be any token- or batch-level row of ``estimators.actor_registry`` (with
+    ``correction_params``; issue 21): sign-dependent rows use the per-transition advantages (exact),
+    version i has lag i (AReaL's staleness cap), M2PO's mask is its population limit over
+    atoms (s, i, a) of probability d_mix(s) q_i(s) mu_i(a|s).
     """
     chex.assert_shape(critic_values, (mdp.num_states,))
     pi = _probs(truth.log_pi)
     v = critic_values.astype(pi.dtype)
-    adv = exact.q_values(mdp, v=v) - v[:, None]  # E[A_phi | s, a]  [N, A]
-    coeff = td_actor_coefficients(truth.log_pi[None], truth.log_mus, adv[None], kind=kind,
-                                  clip=clip, centred=centred)  # [K, N, A]
+    row = actor_registry.get_actor_correction(kind)
+    merged = {"clip": clip} if clip is not None and "clip" in row.param_names else {}
+    merged.update(correction_params or {})
+    K = truth.log_mus.shape[0]
+    lags = jnp.arange(K)[:, None, None]
+    probs = truth.d_mix[None, :, None] * truth.posterior[:, :, None] * _probs(truth.log_mus)
+    threshold = exact.population_threshold(row.name, merged, truth.log_pi[None] - truth.log_mus,
+                                           probs)
+    if row.sign_dependent:  # per-transition advantages A(s, a, s') [N, A, N]
+        adv = exact.bellman_targets(mdp, v) - v[:, None, None]
+        extra = dict(next_prob=mdp.P[None])
+    else:
+        adv = exact.q_values(mdp, v=v) - v[:, None]  # E[A_phi | s, a]  [N, A]
+        extra = {}
+    coeff = td_actor_coefficients(truth.log_pi[None], truth.log_mus, adv[None], kind=row.name,
+                                  clip=None, centred=centred, params=merged, lags=lags,
+                                  threshold=threshold, **extra)  # [K, N, A]
     coeff = jnp.einsum("s,ks,ksa->sa", truth.d_mix, truth.posterior, coeff)
     q_pi = exact.q_values(mdp, pi)
     eq12_coeff = pi * (q_pi - truth.v_pi[:, None])  # = pi Q^pi u in expectation (sum pi u = 0)

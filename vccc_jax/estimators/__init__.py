@@ -12,6 +12,8 @@ vtrace         n-step / lambda V-trace (Eq 11): reverse scan (vtrace), associati
                (vtrace_associative), donating in-place variant (vtrace_inplace)
 actor          PPO / IS surrogates with score centering (Eq 2, 13)
 registry       the ONE critic-target table (name, weight kind, uses-clip, function)
+actor_registry the ONE actor-correction table (issue 21): TIS / MIS / IcePop / sequence
+               TIS-MIS / GSPO / TOPR / CISPO / PPO / AReaL / M2PO weights, one contract
 
 Note: ``from vccc_jax.estimators import vtrace`` is the V-trace *function*; the module is
 ``vccc_jax.estimators.vtrace`` (import its names with ``from vccc_jax.estimators.vtrace
@@ -19,6 +21,12 @@ import ...``).
 """
 
 from vccc_jax.estimators.actor import centering_term, centering_term_topk, policy_loss
+from vccc_jax.estimators.actor_registry import (
+    ACTOR_CORRECTIONS,
+    ActorCorrection,
+    get_actor_correction,
+    register_actor_correction,
+)
 from vccc_jax.estimators.critic_targets import (
     bellman_sample,
     centered_clipped_target,
@@ -67,4 +75,6 @@ __all__ = [
     "vtrace", "vtrace_associative", "vtrace_inplace", "VTraceOutput",
     # actor (Eq 2, 13)
     "policy_loss", "centering_term", "centering_term_topk",
+    # the actor-correction table (issue 21)
+    "ACTOR_CORRECTIONS", "ActorCorrection", "get_actor_correction", "register_actor_correction",
 ]

@@ -211,8 +211,7 @@ def run_sweep(
         unit = {c["mode"]: i for i, c in reversed(list(zip(ids, cells)))}
         mine = [store.owns(unit[c["mode"]]) for c in cells]
         bar = Progress(sum(mine), done=sum(store.has(i) for i, m in zip(ids, mine) if m),
-                       stream=stream, tty=None if progress else False,
-                       min_interval=5.0 if progress else float("inf"))
+                       stream=stream, show=progress)
         for mode in cfg["modes"]:
             if not store.owns(unit[mode]) or all(
                     store.has(i) for i, c in zip(ids, cells) if c["mode"] == mode):
@@ -221,6 +220,7 @@ def run_sweep(
             t_mode = time.perf_counter()
             rows = run_grid(dict(cfg, modes=[mode]), on_chunk=on_chunk)
             per_cell = (time.perf_counter() - t_mode) / len(rows)
+            added = 0
             for row in rows:
                 cell = dict(row["cell"], grid=cfg)
                 cid = cell_id(cell)
@@ -229,7 +229,8 @@ def run_sweep(
                 meta = dict(prov, timings={"cell_s": round(per_cell, 4)})
                 with signals_deferred():
                     store.append({**row, "id": cid, "cell": cell, "meta": meta})
-                bar.advance(1)
+                added += 1
+            bar.advance(added)  # one step per mode (the first one, with its compile: warm-up)
         bar.close()
         rows = [store.row(i) for i in ids if store.has(i)]
     return path, rows

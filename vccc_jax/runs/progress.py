@@ -2,9 +2,17 @@
 throttled lines otherwise (CI logs, pipes).
 
 On a TTY, ``rich.progress`` redraws one line in place; otherwise a plain line is printed at
-most every ``min_interval`` seconds plus a final one, so logs stay short. The ETA counts only
-items computed in *this* run: items skipped on resume are excluded from the rate, so a resumed
-sweep does not report an absurdly short ETA.
+most every ``min_interval`` seconds plus a final one, so logs stay short; ``show=False``
+prints nothing at all (``--no-progress``).
+
+The ETA is remaining items / rate, and the rate counts only compute of *this* run:
+
+* items skipped on resume are excluded (a resumed sweep does not report an absurdly short
+  ETA);
+* compilation is excluded: a caller that knows it passes ``advance(n, compile_s=...)``
+  (those seconds are taken off the clock); otherwise the first ``advance`` of a run -- the
+  one that paid for the first compile -- is a warm-up whose items and time are left out,
+  and the ETA stays unknown (``--:--``) until a second one lands.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ class Progress:
         label: str = "cells",
         clock: Callable[[], float] = time.monotonic,
         tty: Optional[bool] = None,
+        show: bool = True,
     ):
         if total < 0 or done < 0 or done > total:
             raise ValueError(f"need 0 <= done <= total, got done={done}, total={total}")
@@ -48,8 +57,13 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.min_interval, self.label, self._clock = min_interval, label, clock
         self._t0 = clock()
+        self._rate_t0: Optional[float] = None   # rate clock: starts after the warm-up
+        self._rate_done = done                  # items before the rate clock started
+        self._compile_s = 0.0                   # compile seconds reported since then
         self._last_print = -float("inf")
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
+        self.show = show
+        self.tty = show and (bool(getattr(self.stream, "isatty", lambda: False)())
+                             if tty is None else tty)
         self.note = ""
         self._closed = False
         self._last_line = ""
@@ -66,11 +80,15 @@ class Progress:
         self._render(force=True)
 
     def eta(self) -> Optional[float]:
-        computed = self.done - self._start_done
-        if computed <= 0:
+        """Seconds left at this run's compute rate (compile and resumed items excluded);
+        None until there is a rate to go by."""
+        if self.done >= self.total:
+            return 0.0
+        computed = self.done - self._rate_done
+        if self._rate_t0 is None or computed <= 0:
             return None
-        rate = computed / max(self._clock() - self._t0, 1e-9)
-        return (self.total - self.done) / rate
+        seconds = self._clock() - self._rate_t0 - self._compile_s
+        return (self.total - self.done) * max(seconds, 1e-9) / computed
 
     def line(self) -> str:
         frac = self.done / self.total if self.total else 1.0
@@ -79,7 +97,16 @@ class Progress:
                 f"eta {format_seconds(self.eta())}")
         return f"{text}  {self.note}" if self.note else text
 
-    def advance(self, n: int = 1, note: str = "") -> None:
+    def advance(self, n: int = 1, note: str = "", *,
+                compile_s: Optional[float] = None) -> None:
+        """``n`` more items done. ``compile_s``: seconds of that work spent compiling (left
+        out of the rate); None: unknown, and the first call of a run is then a warm-up."""
+        if self._rate_t0 is None and compile_s is None:  # warm-up: the first compile
+            self._rate_t0, self._rate_done = self._clock(), min(self.total, self.done + n)
+        elif self._rate_t0 is None:  # compile time known: count from the start
+            self._rate_t0, self._compile_s = self._t0, compile_s
+        else:
+            self._compile_s += compile_s or 0.0
         self.done = min(self.total, self.done + n)
         if note:
             self.note = note
@@ -90,6 +117,8 @@ class Progress:
         self._render(force=False)
 
     def _render(self, force: bool) -> None:
+        if not self.show:
+            return
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, note=self.note,
                              eta=format_seconds(self.eta()))
@@ -106,6 +135,8 @@ class Progress:
         if self._closed:
             return
         self._closed = True
+        if not self.show:
+            return
         if self._bar is not None:
             self._bar.stop()
         elif self._last_line.split(" elapsed")[0] != self.line().split(" elapsed")[0]:

@@ -11,9 +11,17 @@
 
 Parsed into frozen dataclasses (:class:`Experiment` and one ``base``/``grid`` pair per kind);
 an unknown key, a missing key or a value of the wrong type raises :class:`ConfigError` naming
-the key. Semantic checks (known methods, lag laws, environment names) are the runners'
-(``runs.tabular_sweep.validate``, ``runs.async_ac.validate``, ``runs.train.cells``), which
-raise ``ValueError``; commands print either as one line.
+the key -- nested tables included: ``[base.history]``, ``[base.train]``, ``[[base.families]]``,
+``[base.ac]``, ``[base.family]`` and the ``train`` kind's TrainConfig fields are typed by the
+library classes they become (:func:`source_fields` reads those types from the source, so a
+config is checked before JAX is imported). Semantic checks (known methods, lag laws,
+environment names) are the runners' (``runs.tabular_sweep.validate``,
+``runs.async_ac.validate``, ``runs.train.cells``), which raise ``ValueError``; commands print
+either as one line.
+
+``load(path, overrides=["base.num_mdps=4", "grid.mean_lags=0,1"])`` applies ``--set``
+overrides (:func:`apply_overrides`) before parsing, so an override is checked exactly as the
+file is.
 
 Kinds:
 
@@ -42,11 +50,14 @@ Kinds:
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
+import functools
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 KINDS = ("tabular_sweep", "async_ac", "train", "pipeline", "critic_free", "decoupled", "rac",
          "rac_wallclock")
@@ -57,17 +68,33 @@ class ConfigError(ValueError):
 
 
 _NUMBER = (int, float)
+_TYPE_NAMES = {int: "an integer", float: "a number", bool: "a boolean (true/false)",
+               str: "a string", list: "a list", dict: "a table", tuple: "a list"}
 
 
 def _check_type(value: Any, kind, where: str) -> Any:
-    """``value`` if it has type ``kind`` (bool is not a number; int is a float)."""
-    if kind is float:
-        kind = _NUMBER
-    bad = isinstance(value, bool) and kind is not bool
-    if bad or not isinstance(value, kind):
-        name = "number" if kind is _NUMBER else getattr(kind, "__name__", str(kind))
-        raise ConfigError(f"{where} must be a {name}, got {value!r}")
+    """``value`` if it has type ``kind`` (bool is not a number; int is a float; ``object``
+    or None: anything)."""
+    if kind is None or kind is object:
+        return value
+    if isinstance(kind, tuple):  # scalars of any of these types
+        want, name = kind, "a number, string or boolean"
+    else:
+        want = _NUMBER if kind is float else (list, tuple) if kind in (list, tuple) else kind
+        name = _TYPE_NAMES.get(kind, getattr(kind, "__name__", str(kind)))
+    bad = isinstance(value, bool) and not (kind is bool or
+                                           (isinstance(kind, tuple) and bool in kind))
+    if bad or not isinstance(value, want):
+        raise ConfigError(f"{where} must be {name}, got {value!r}")
     return value
+
+
+def _unknown(key: str, where: str, known) -> ConfigError:
+    """'unknown key where.key (did you mean ...? known: ...)'."""
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=3)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return ConfigError(f"unknown key {where}.{key} ({hint}known: {', '.join(known)})")
 
 
 def from_table(cls, table: Mapping, where: str):
@@ -79,7 +106,7 @@ def from_table(cls, table: Mapping, where: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in table:
         if key not in fields:
-            raise ConfigError(f"unknown key {where}.{key} (known: {', '.join(sorted(fields))})")
+            raise _unknown(key, where, fields)
     kwargs = {}
     for name, f in fields.items():
         if name not in table:
@@ -103,6 +130,92 @@ def _f(kind, default=dataclasses.MISSING, item=None):
     return field(default=default, metadata=meta)
 
 
+# ------------------------------------------------- tables typed by the library's own classes
+# A nested table ([base.history], [[base.families]], the train kind's base ...) becomes a
+# library config class (tabular.history.HistoryConfig, tabular.mdp.garnet_mdp's keywords,
+# train.config.TrainConfig ...). Their field names and types are read from the source with
+# ``ast`` -- not imported, as importing them imports JAX (seconds) -- so a bad config fails
+# before any heavy import; tests/runs/test_schema_types.py checks the reading against the
+# imported classes.
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+_ANNOTATION = {"int": int, "float": float, "bool": bool, "str": str, "tuple": list,
+               "list": list, "dict": dict}
+
+
+def _annotation_type(node) -> Any:
+    """int / float / bool / str / list / dict of an annotation; Optional[X] and X | None
+    are X (TOML has no null); anything else: None (not checked)."""
+    if node is None:
+        return None
+    text = ast.unparse(node).replace(" ", "")
+    for wrap in ("Optional[", "typing.Optional["):
+        if text.startswith(wrap) and text.endswith("]"):
+            text = text[len(wrap):-1]
+    text = text.removesuffix("|None").removeprefix("None|")
+    return _ANNOTATION.get(text.split("[")[0])
+
+
+@functools.lru_cache(maxsize=None)
+def source_fields(module: str, name: str, skip: tuple = ()) -> dict:
+    """``{field: (type, required)}`` of dataclass ``name`` -- or the parameters of function
+    ``name`` -- in ``vccc_jax/<module>.py``, read from its source (not imported). ``skip``:
+    names left out (e.g. a function's ``key``)."""
+    tree = ast.parse((_PACKAGE / f"{module}.py").read_text())
+    node = next((n for n in tree.body if getattr(n, "name", None) == name), None)
+    if isinstance(node, ast.ClassDef):
+        items = [(s.target.id, s.annotation, s.value is None) for s in node.body
+                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+    elif isinstance(node, ast.FunctionDef):
+        a = node.args
+        positional = a.posonlyargs + a.args
+        required = len(positional) - len(a.defaults)
+        items = [(x.arg, x.annotation, i < required) for i, x in enumerate(positional)]
+        items += [(x.arg, x.annotation, d is None) for x, d in zip(a.kwonlyargs, a.kw_defaults)]
+    else:
+        raise LookupError(f"no class or function {name!r} in vccc_jax/{module}.py")
+    return {n: (_annotation_type(ann), req) for n, ann, req in items if n not in skip}
+
+
+def check_table(table: Any, fields: Mapping, where: str, exclude: Sequence[str] = ()) -> dict:
+    """``table`` checked against ``fields`` (:func:`source_fields`): a TOML table, no
+    unknown key (``exclude``: keys refused here, set elsewhere), every required key present,
+    every value of its field's type. Returns it; raises :class:`ConfigError` naming the key."""
+    _check_type(table, dict, where)
+    known = {k: v for k, v in fields.items() if k not in exclude}
+    for key, value in table.items():
+        if key not in known:
+            raise _unknown(key, where, known)
+        _check_type(value, known[key][0], f"{where}.{key}")
+    for key, (_, required) in known.items():
+        if required and key not in table:
+            raise ConfigError(f"missing key {where}.{key}")
+    return table
+
+
+# [[base.families]] kinds: the generator whose keywords a family table holds (tabular.mdp).
+FAMILY_GENERATORS = {"garnet": "garnet_mdp", "random": "random_mdp", "chain": "chain_mdp"}
+
+
+def check_family(table: Any, where: str, kinds: Sequence[str] = tuple(FAMILY_GENERATORS),
+                 named: bool = True) -> dict:
+    """A family table: ``kind`` (one of ``kinds``), ``name`` when ``named``, and the
+    generator's keywords (``tabular.mdp.<kind>_mdp``, less key / num_mdps / dtype)."""
+    _check_type(table, dict, where)
+    kind = table.get("kind")
+    if kind not in kinds:
+        raise ConfigError(f"{where}.kind must be one of {', '.join(kinds)}, got {kind!r}")
+    fields = {"kind": (str, True), "name": (str, named),
+              **source_fields("tabular/mdp", FAMILY_GENERATORS[kind],
+                              ("key", "num_mdps", "dtype"))}
+    return check_table(table, fields, where)
+
+
+def train_fields() -> dict:
+    """The fields of ``train.config.TrainConfig`` (``train`` experiments' base and grid)."""
+    return source_fields("train/config", "TrainConfig")
+
+
 # ------------------------------------------------------------------------ tabular_sweep
 
 
@@ -116,6 +229,17 @@ class TabularSweepBase:
     history: dict = _f(dict, {})            # tabular.history.HistoryConfig fields
     methods: dict = _f(dict, {})            # [base.methods.<name>]: per-method options
     train: dict = _f(dict, {})              # stochastic semi-gradient TD config
+
+    def __post_init__(self):
+        check_table(self.history, source_fields("tabular/history", "HistoryConfig"),
+                    "base.history")
+        check_table(self.train, source_fields("tabular/critic_sgd", "CriticSGDConfig"),
+                    "base.train")
+        for i, fam in enumerate(self.families):
+            check_family(fam, f"base.families[{i}]")
+        for name, opts in self.methods.items():  # option names: the method's (runner)
+            for k, v in _check_type(opts, dict, f"base.methods.{name}").items():
+                _check_type(v, (int, float, str, bool), f"base.methods.{name}.{k}")
 
 
 @dataclass(frozen=True)
@@ -143,6 +267,11 @@ class AsyncACBase:
     mask_clip: float = _f(float, 2.0)
     law: str = _f(str, "geometric")
     lanes_per_call: int = _f(int, 1024)
+
+    def __post_init__(self):
+        check_family(self.family, "base.family", ("random", "garnet"), named=False)
+        check_table(self.ac, source_fields("tabular/async_actor", "ACConfig"), "base.ac",
+                    exclude=("critic_methods", "critic_options", "expected"))  # the grid's
 
 
 @dataclass(frozen=True)
@@ -371,15 +500,18 @@ _PARTS = {
 }
 
 
-def _axes(grid: Any, known, where: str) -> AxesGrid:
-    """``[grid]`` as field = non-empty list, each field one of ``known`` (else ConfigError)."""
+def _axes(grid: Any, known: Mapping, where: str) -> AxesGrid:
+    """``[grid]`` as field = non-empty list, each field one of ``known`` ({name: type}) and
+    each value of its type (else ConfigError)."""
     axes = []
     for k, v in _check_type(grid, dict, f"{where}: grid").items():
-        if known is not None and k not in known:
-            raise ConfigError(f"{where}: unknown key grid.{k} (known: {', '.join(sorted(known))})")
+        if k not in known:
+            raise ConfigError(f"{where}: {_unknown(k, 'grid', known)}")
         _check_type(v, list, f"{where}: grid.{k}")
         if not v:
             raise ConfigError(f"{where}: grid.{k} must be a non-empty list")
+        for i, x in enumerate(v):
+            _check_type(x, known[k], f"{where}: grid.{k}[{i}]")
         axes.append((k, tuple(v)))
     return AxesGrid(tuple(axes))
 
@@ -398,9 +530,13 @@ def parse(table: Mapping, where: str = "config") -> Experiment:
         raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     description = _check_type(table.get("description", ""), str, f"{where}: description")
     base, grid = table.get("base", {}), table.get("grid", {})
-    if kind == "train":
-        _check_type(base, dict, f"{where}: base")
-        axes = _axes(grid, None, where).axes
+    if kind == "train":  # TrainConfig fields (types read from train/config.py)
+        fields = train_fields()
+        try:
+            check_table(base, fields, "base")
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        axes = _axes(grid, {k: t for k, (t, _) in fields.items()}, where).axes
         return Experiment(name, kind, dict(base), TrainGrid(axes), description, where)
     base_cls, grid_cls = _PARTS[kind]
     try:
@@ -409,12 +545,14 @@ def parse(table: Mapping, where: str = "config") -> Experiment:
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     if g is None:  # axes over the base's scalar fields
-        g = _axes(grid, {f.name for f in dataclasses.fields(base_cls)} - {"channels"}, where)
+        g = _axes(grid, {f.name: f.metadata["type"] for f in dataclasses.fields(base_cls)
+                         if f.name != "channels"}, where)
     return Experiment(name, kind, b, g, description, where)
 
 
-def load(path: str | Path) -> Experiment:
-    """Read and parse an experiment TOML file (missing file, bad TOML: ConfigError)."""
+def load(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
+    """Read and parse an experiment TOML file (missing file, bad TOML: ConfigError), with
+    ``--set`` ``overrides`` applied first (:func:`apply_overrides`)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
@@ -423,8 +561,133 @@ def load(path: str | Path) -> Experiment:
     try:
         table = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+        raise ConfigError(f"{p}: not valid TOML: {' '.join(str(e).split())}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config {p}: {e}") from None
+    if overrides:
+        return parse(apply_overrides(table, overrides), f"{p} with --set")
     return parse(table, str(p))
+
+
+# ------------------------------------------------------------------------ --set overrides
+
+
+def _path_of(key: str) -> list:
+    """``"base.families[0].num_states"`` -> ["base", "families", 0, "num_states"]."""
+    parts: list = []
+    for seg in key.split("."):
+        name, _, rest = seg.partition("[")
+        if not name:
+            raise ValueError("empty key segment")
+        parts.append(name)
+        while rest:
+            index, close, rest = rest.partition("]")
+            if not close or not index.isdigit() or (rest and not rest.startswith("[")):
+                raise ValueError(f"bad index in {seg!r} (write name[0])")
+            parts.append(int(index))
+            rest = rest[1:]
+    return parts
+
+
+def declared_type(kind: str, path: Sequence) -> tuple:
+    """(type, item type) the schema declares at ``path`` of a ``kind`` experiment; (None,
+    None) where it does not say (free tables). ``grid`` axes of the train / pipeline kinds
+    are lists of their base field's type."""
+    head, rest = path[0], list(path[1:])
+    if head in ("name", "kind", "description") and not rest:
+        return str, None
+    if head not in ("base", "grid") or not rest or not isinstance(rest[0], str):
+        return None, None
+    if kind == "train":
+        t = train_fields().get(rest[0], (None,))[0]
+        return (t, None) if head == "base" else (list, t) if len(rest) == 1 else (t, None)
+    base_cls, grid_cls = _PARTS[kind]
+    if head == "grid" and grid_cls is AxesGrid:
+        grid_cls, base_fields = None, {f.name: f for f in dataclasses.fields(base_cls)}
+        t = base_fields[rest[0]].metadata["type"] if rest[0] in base_fields else None
+        return (list, t) if len(rest) == 1 else (t, None)
+    cls = base_cls if head == "base" else grid_cls
+    f = {f.name: f for f in dataclasses.fields(cls)}.get(rest[0])
+    if f is None:
+        return None, None
+    kind_, item = f.metadata.get("type"), f.metadata.get("item")
+    if len(rest) == 1:
+        return kind_, item
+    if kind_ is list and len(rest) == 2:
+        return item, None
+    nested = {("tabular_sweep", "history"): ("tabular/history", "HistoryConfig"),
+              ("tabular_sweep", "train"): ("tabular/critic_sgd", "CriticSGDConfig"),
+              ("async_ac", "ac"): ("tabular/async_actor", "ACConfig")}.get((kind, rest[0]))
+    if nested and len(rest) == 2:
+        return source_fields(*nested).get(rest[1], (None,))[0], None
+    return None, None
+
+
+def _toml_literal(text: str) -> Any:
+    """``text`` as a TOML value (``4``, ``0.5``, ``true``, ``[0, 1]``, ``"x"``, ``{a = 1}``);
+    text that is not one stays a string (``geometric``, ``token:V=16``)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _typed(text: str, kind, item) -> Any:
+    """``--set`` value text typed by the schema: a string field takes the text as is, a
+    list field takes ``a,b,c`` (items typed), anything else parses as a TOML value."""
+    if kind is str:
+        value = _toml_literal(text)
+        return value if isinstance(value, str) else text
+    value = _toml_literal(text)
+    if kind is list and not isinstance(value, list):
+        value = [_typed(x.strip(), item, None) for x in text.split(",")]
+    return value
+
+
+def apply_overrides(table: Mapping, overrides: Sequence[str]) -> dict:
+    """A deep copy of the TOML ``table`` with ``KEY=VALUE`` overrides applied: dotted keys
+    into the experiment (``base.num_mdps=4``, ``base.history.num_versions=9``,
+    ``base.families[0].gamma=0.95``, ``grid.mean_lags=0,1,2``, ``name=mine``), values typed
+    by the schema (:func:`declared_type`). The result is checked by :func:`parse` like any
+    file. A malformed override raises :class:`ConfigError` naming it."""
+    import copy
+
+    out = copy.deepcopy(dict(table))
+    kind = out.get("kind")
+    for item in overrides:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE (e.g. base.num_mdps=4)")
+        try:
+            path = _path_of(key)
+        except ValueError as e:
+            raise ConfigError(f"--set {key}: {e}") from None
+        if path[0] not in _TOP or (path[0] in ("base", "grid")) != (len(path) > 1):
+            raise ConfigError(f"--set {key}: keys are name, description, base.FIELD... or "
+                              "grid.AXIS (e.g. base.num_mdps=4)")
+        if path == ["kind"]:
+            raise ConfigError("--set kind: the kind of an experiment is its file's")
+        kind_, item_t = declared_type(kind, path) if kind in KINDS else (None, None)
+        node: Any = out
+        for i, part in enumerate(path[:-1]):
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[:i])[1:]
+            if isinstance(part, int):
+                if not isinstance(node, list) or part >= len(node):
+                    raise ConfigError(f"--set {key}: {where} has no item {part}")
+                node = node[part]
+            else:
+                if not isinstance(node, dict):
+                    raise ConfigError(f"--set {key}: {where} is not a table")
+                node = node.setdefault(part, {})
+        last = path[-1]
+        if isinstance(last, int):
+            if not isinstance(node, list) or last >= len(node):
+                raise ConfigError(f"--set {key}: no item {last} to set")
+        elif not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: its parent is not a table")
+        node[last] = _typed(text.strip(), kind_, item_t)
+    return out
 
 
 def default_path(name: str = "tabular_default") -> Path:

@@ -350,8 +350,7 @@ def run_sweep(
         total = sum(len(g.cells) for g, m in zip(groups, mine) if m)
         done = sum(store.has(cid) for g, m in zip(groups, mine) if m for cid, _ in g.cells)
         show = progress and main
-        bar = Progress(total, done=done, stream=stream, tty=None if show else False,
-                       min_interval=5.0 if show else float("inf"))
+        bar = Progress(total, done=done, stream=stream, show=show)
         todo = agree([m and any(not store.has(cid) for cid, _ in g.cells)
                       for g, m in zip(groups, mine)])
         for g, run in zip(groups, todo):
@@ -360,13 +359,17 @@ def run_sweep(
             bar.set_note(g.key)
             metrics, timings = evaluate_group(g, cfg, mesh)
             per_cell = timings["total_s"] / len(g.cells)
+            added = 0
             for (cid, cell), m in zip(g.cells, metrics):
                 if store.has(cid):
                     continue
                 meta = dict(prov, timings=dict(timings, cell_s=round(per_cell, 4)))
                 with signals_deferred():
                     store.append({"id": cid, "cell": cell, "metrics": m, "meta": meta})
-                bar.advance(1)
+                added += 1
+            # ETA from compute only: compile and one-off setup (inputs, the family's policy
+            # history programs) are total_s - run_s
+            bar.advance(added, compile_s=timings["total_s"] - timings["run_s"])
         bar.close()
         rows = [store.row(cid) for g in groups for cid, _ in g.cells if store.has(cid)]
     return path, rows

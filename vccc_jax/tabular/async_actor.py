@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from vccc_jax.estimators import actor as actor_est
+from vccc_jax.estimators import actor_registry
 from vccc_jax.estimators.importance import importance_weights
 from vccc_jax.tabular import critic, exact, history
 from vccc_jax.tabular.mdp import TabularMDP
@@ -24,7 +25,7 @@ from vccc_jax.tabular.mdp import TabularMDP
 Array = chex.Array
 sg = jax.lax.stop_gradient
 
-ACTOR_KINDS = ("none", "ratio", "truncate", "mask")
+ACTOR_KINDS = actor_registry.WEIGHT_KIND_ROWS  # the first rows of the actor table: none, ratio, truncate, mask
 CENTERINGS = ("none", "exact", "topk")
 SAMPLINGS = ("replay", "rollout")
 ONE_STEP_CRITICS = tuple(name for name, spec in critic.METHODS.items() if not spec.multi_step)

@@ -27,6 +27,8 @@ Contents (policy evaluation lives in ``tabular.evaluation``, the linear solvers 
                                     centred_actor_update, score_covariance,
                                     importance_weighted_actor_update, exact_actor_update,
                                     policy_gradient
+  actor-correction rows (issue 21)  correction_coefficients, correction_update,
+                                    population_threshold (sequence rows: tabular.actor_paths)
 """
 
 from __future__ import annotations
@@ -57,12 +59,16 @@ from vccc_jax.tabular.evaluation import (  # noqa: F401  (re-exports)
     visitation,
 )
 from vccc_jax.tabular.exact_actor import (  # noqa: F401  (re-exports)
+    CorrectionUpdate,
     actor_drift_decomposition,
     centred_actor_update,
+    correction_coefficients,
+    correction_update,
     exact_actor_update,
     importance_weighted_actor_update,
     mean_score,
     policy_gradient,
+    population_threshold,
     score_covariance,
     softmax_score,
 )

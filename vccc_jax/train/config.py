@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from vccc_jax.envs import lag as lag_lib
-from vccc_jax.envs import samplers
-from vccc_jax.estimators import importance
-from vccc_jax.estimators.related.brace import TAIL_ANCHORS
-from vccc_jax.estimators.related.decoupled import ROUTES
+# The validators below import JAX; they are imported where used, so that importing this
+# module (the fields and their defaults) is pure Python: ``vccc train`` reports bad input
+# before importing JAX (issue 23).
 
+# The Eq 10 actor kinds that take score centring (``centered-...``); ``actor`` accepts every
+# row of ``estimators.actor_registry`` (issue 21).
 ACTOR_KINDS = ("ratio", "truncate", "mask")
 ADVANTAGES = ("gae", "target")
 BASELINES = ("value", "zero", "learned")
@@ -69,8 +69,9 @@ class TrainConfig:
     correct: bool = True  # False: ignore log mu, treat data as on-policy (rho := 1)
     polyak: Optional[float] = None  # target-critic Polyak rate tau (None: Vbar = critic)
     # actor
-    actor: str = "truncate"  # [centered-]ratio | truncate | mask
+    actor: str = "truncate"  # [centered-]ratio | truncate | mask, or any actor_registry row (issue 21)
     actor_clip: float = 2.0
+    actor_params: str = ""  # the row's other parameters, e.g. "alpha=0.5,beta=5" (train.actor_weights)
     advantage: str = "gae"  # gae | target
     centering_topk: int = 0  # centred actor: Z(s) / m_w from the top-k of mu + tail model (0: full rows)
     # ground truth / evaluation
@@ -99,6 +100,10 @@ class TrainConfig:
         def need(cond, msg):
             if not cond:
                 raise ValueError(msg)
+
+        from vccc_jax.envs import lag as lag_lib
+        from vccc_jax.estimators import importance
+        from vccc_jax.train import actor_weights
 
         need(self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}")
         need(self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}")
@@ -154,11 +159,14 @@ class TrainConfig:
         need(self.centering_topk == 0 or centered,
              f"centering_topk={self.centering_topk} needs a centred actor "
              f"(actor='centered-...'), got actor={self.actor!r}")
-        if actor_kind != "ratio":
+        if actor_kind in ("truncate", "mask"):
             try:
                 importance.check_weight_kind(actor_kind, self.actor_clip)
             except ValueError as err:
                 raise ValueError(f"actor_clip: {err}") from None
+        actor_weights.resolve(actor_kind, self.actor_params, self.actor_clip)  # names actor_params
+        need(actor_kind in ACTOR_KINDS or not self.pi_old_route or self.gt_every == 0,
+             f"pi_old_route diagnostics (gt_every > 0) need actor in {ACTOR_KINDS}, got {self.actor!r}")
         try:
             importance.check_weight_kind(self.clip_kind, self.clip)
         except ValueError as err:
@@ -170,6 +178,8 @@ class TrainConfig:
 
     @property
     def resolved_num_versions(self) -> int:
+        from vccc_jax.envs import lag as lag_lib
+
         if self.num_versions is not None:
             return int(self.num_versions)
         return lag_lib.LagLaw.parse(self.lag).default_num_versions()
@@ -180,13 +190,18 @@ class TrainConfig:
         temperature / top_k sampling through ``rollout.sampling_log_probs`` (old numbers)."""
         if not self.sampler:
             return None
+        from vccc_jax.envs import samplers
+
         try:
             return samplers.SamplerSpec.parse(self.sampler)
         except ValueError as err:
             raise ValueError(f"sampler {self.sampler!r}: {err}") from None
 
     @property
-    def lag_law(self) -> lag_lib.LagLaw:
+    def lag_law(self):
+        """The lag law (``envs.lag.LagLaw``) of ``lag``."""
+        from vccc_jax.envs import lag as lag_lib
+
         return lag_lib.LagLaw.parse(self.lag)
 
     @property
@@ -221,20 +236,29 @@ class TrainConfig:
 
 
 def parse_actor(spec: str) -> tuple[str, bool]:
-    """``"centered-mask"`` -> ("mask", True); ``"truncate"`` -> ("truncate", False)."""
+    """``"centered-mask"`` -> ("mask", True); ``"truncate"`` -> ("truncate", False); any row
+    of ``estimators.actor_registry`` by name or alias (``"gspo"`` -> ("gspo", False)). Score
+    centring (Eq 13) is defined for the Eq 10 kinds ``ACTOR_KINDS``."""
+    from vccc_jax.estimators import actor_registry
+
     text = spec.strip().lower()
     centered = text.startswith("centered-")
     kind = text[len("centered-"):] if centered else text
-    kind = {"is": "ratio", "tis": "truncate", "mis": "mask"}.get(kind, kind)
-    if kind not in ACTOR_KINDS:
-        raise ValueError(
-            f"actor must be [centered-]{{{'|'.join(ACTOR_KINDS)}}}, got {spec!r}"
-        )
+    try:
+        kind = actor_registry.get_actor_correction(kind).name
+    except ValueError:
+        raise ValueError(f"actor must be [centered-]{{{'|'.join(ACTOR_KINDS)}}} or a row of the "
+                         f"actor table {sorted(actor_registry.ACTOR_CORRECTIONS)}, got {spec!r}") from None
+    if centered and kind not in ACTOR_KINDS:
+        raise ValueError(f"actor {spec!r}: score centring needs one of {ACTOR_KINDS}")
     return kind, centered
 
 
 def check_comparators(cfg: "TrainConfig") -> None:
     """ValueError naming the field for a bad comparator field of ``cfg`` (issue 13)."""
+    from vccc_jax.estimators.related.brace import TAIL_ANCHORS
+    from vccc_jax.estimators.related.decoupled import ROUTES
+
     if isinstance(cfg.brace_n, bool) or not isinstance(cfg.brace_n, int) or cfg.brace_n < 0:
         raise ValueError(f"brace_n must be an int >= 0, got {cfg.brace_n!r}")
     if cfg.brace_tail_anchor not in TAIL_ANCHORS:

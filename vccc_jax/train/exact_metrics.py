@@ -17,7 +17,8 @@ of the update's fresh rollout — the states the learner actually trained on):
 * ``exact_grad_bias`` / ``exact_grad_rel_bias`` / ``exact_grad_cos``: the exact expected
   update of the one-step TD actor (Sec 5.1; weight kind / clip / Eq 13 centring of the
   config) with the current critic, against Eq 12 under the same state weights
-  (``exact_truth.gradient_bias``): tabular env ``exact_truth.actor_update_truth`` (weights
+  (``exact_truth.gradient_bias``; any token / batch row of ``estimators.actor_registry``,
+  NaN for sequence rows): tabular env ``exact_truth.actor_update_truth`` (weights
   d_mix); token env ``token_actor_truth.actor_update_truth`` (weights D at policy states,
   the version posterior below; tool-observation states carry no actor gradient).
 
@@ -41,6 +42,7 @@ from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import tabular_env
 from vccc_jax.envs import token_actor_truth as tat
 from vccc_jax.envs import token_env as token_env_lib
+from vccc_jax.estimators import actor_registry
 from vccc_jax.tabular import token as token_task
 
 Array = chex.Array
@@ -75,6 +77,24 @@ def ring_params(actor_params: Any, ring: Any, num_versions: int) -> Any:
     return lag_lib.gather(ring, jnp.arange(num_versions, dtype=jnp.int32))
 
 
+def _per_state(kind: str) -> bool:
+    """The actor row has a per-state expected update (token / batch rows; issue 21). A
+    sequence-level row's needs the law of whole sequences (``tabular.actor_paths``, short
+    horizons only): its ``exact_grad_*`` metrics are NaN here."""
+    return actor_registry.get_actor_correction(kind).level != "sequence"
+
+
+def _grad_metrics(grads) -> dict:
+    bias = et.gradient_bias(grads.expected, grads.eq12)
+    return dict(exact_grad_bias=bias.bias_norm, exact_grad_rel_bias=bias.relative,
+                exact_grad_cos=bias.cosine)
+
+
+def _nan_grad_metrics() -> dict:
+    return {k: jnp.full((), jnp.nan, jnp.float32)
+            for k in ("exact_grad_bias", "exact_grad_rel_bias", "exact_grad_cos")}
+
+
 def _error_metrics(values, v_pi, v_mix, v_mus, w) -> dict:
     v_pi, v_mix, v_mus, values = (jnp.asarray(x, jnp.float32) for x in (v_pi, v_mix, v_mus, values))
     err_pi, err_mix = _rms(values - v_pi, w), _rms(values - v_mix, w)
@@ -95,7 +115,7 @@ def _error_metrics(values, v_pi, v_mix, v_mus, w) -> dict:
 def tabular_metrics(
     env_params: tabular_env.EnvParams, actor_apply, critic_apply, actor_params, critic_params,
     stacked_mu_params, log_mu_fn: LogMuFn, version_weights: Array, state_ids: Array,
-    state_valid: Array, *, kind: str, clip, centred: bool,
+    state_valid: Array, *, kind: str, clip, centred: bool, correction_params=None,
 ) -> dict:
     """All exact metrics of one update on a ``tabular_env`` (module docstring).
 
@@ -112,11 +132,13 @@ def tabular_metrics(
     counts = jax.ops.segment_sum(state_valid.reshape(-1), state_ids.reshape(-1), num_segments=n)
     w = counts / jnp.maximum(jnp.sum(counts), 1.0)
     out = _error_metrics(values, truth.v_pi, truth.v_mix, truth.v_mus, w)
-    grads = et.actor_update_truth(actor_apply, actor_params, table, mdp, truth, values,
-                                  kind=kind, clip=clip, centred=centred)
-    bias = et.gradient_bias(grads.expected, grads.eq12)
-    out.update(exact_grad_bias=bias.bias_norm, exact_grad_rel_bias=bias.relative,
-               exact_grad_cos=bias.cosine)
+    if _per_state(kind):
+        grads = et.actor_update_truth(actor_apply, actor_params, table, mdp, truth, values,
+                                      kind=kind, clip=clip, centred=centred,
+                                      correction_params=correction_params)
+        out.update(_grad_metrics(grads))
+    else:
+        out.update(_nan_grad_metrics())
     return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
 
 
@@ -166,7 +188,7 @@ def token_weights(task, version_weights: Array, env_state, lags: Array, valid: A
 def token_metrics(
     env: token_env_lib.TokenEnv, actor_apply, critic_apply, actor_params, critic_params,
     stacked_mu_params, log_mu_fn: LogMuFn, version_weights: Array, env_state, lags: Array,
-    valid: Array, *, kind: str, clip, centred: bool,
+    valid: Array, *, kind: str, clip, centred: bool, correction_params=None,
 ) -> dict:
     """Exact metrics of one update on the token env (module docstring).
 
@@ -200,11 +222,12 @@ def token_metrics(
     values = critic_apply(critic_params, token_grid_obs(env))  # [H, P, Q, K]
     out = _error_metrics(values.reshape(-1), v_pi.reshape(-1), v_mix.reshape(-1),
                          v_mus.reshape(nv, -1), tw.state_weights.reshape(-1))
-    grads = tat.actor_update_truth(
-        actor_apply, actor_params, tat.policy_obs_grid(env), task, mus_at, post,
-        tw.state_weights[..., 0], values, kind=kind, clip=clip, centred=centred,
-        pi_values=pi_vals)
-    bias = et.gradient_bias(grads.expected, grads.eq12)
-    out.update(exact_grad_bias=bias.bias_norm, exact_grad_rel_bias=bias.relative,
-               exact_grad_cos=bias.cosine)
+    if _per_state(kind):
+        grads = tat.actor_update_truth(
+            actor_apply, actor_params, tat.policy_obs_grid(env), task, mus_at, post,
+            tw.state_weights[..., 0], values, kind=kind, clip=clip, centred=centred,
+            pi_values=pi_vals, correction_params=correction_params)
+        out.update(_grad_metrics(grads))
+    else:
+        out.update(_nan_grad_metrics())
     return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}

@@ -44,6 +44,7 @@ from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.estimators import actor as actor_lib
 from vccc_jax.estimators import importance
 from vccc_jax.estimators.types import Transitions
+from vccc_jax.train import actor_weights
 from vccc_jax.train.targets import TargetInputs, gae_advantages
 
 Array = chex.Array
@@ -78,6 +79,7 @@ class Batch(NamedTuple):
     actor_w: Optional[Array] = None  # critic_w x is_action (tool steps: no actor gradient)
     log_rho: Optional[Array] = None  # b_psi head (Eq 9): log rho and H per sample
     bstar_h: Optional[Array] = None
+    actor_weight: Optional[Array] = None  # w of a per-update actor row (train.actor_weights)
 
 
 def wmean(x: Array, w: Optional[Array]) -> Array:
@@ -230,6 +232,17 @@ class Learner:
             raise ValueError("baseline='learned' needs the b_psi params (TrainState.baseline_params)")
         return jax.lax.stop_gradient(self.baseline_net.apply(baseline_params, obs))
 
+    def _update_actor_weights(self, traj: rollout_lib.Trajectory, prep: "Prepared", log_pi_old,
+                              actor_w) -> Optional[Array]:
+        """w [T, B] of a sequence / batch actor row (or one with per-token lags) at pi_old,
+        once per update (``train.actor_weights.update_weights``); None for other rows."""
+        if not actor_weights.per_update(self.actor_row):
+            return None
+        return actor_weights.update_weights(
+            self.actor_row, self.actor_row_params, log_pi_old, prep.log_mu, prep.advantages,
+            actor_w, starts=actor_weights.sequence_starts(traj.terminated, traj.truncated),
+            lags=traj.lag, normalize=self.config.normalize_advantages)
+
     # -- minibatch losses and steps --------------------------------------------------------
 
     def _centering_k(self) -> int:
@@ -304,10 +317,21 @@ class Learner:
                 log_pi_all, mb_.log_mu_all, k, kind=self.actor_kind, clip=c_clip,
                 weights=w, log_pi_old_all=mb_.log_pi_old_all, support_size=n_s,
                 max_support=max_support)
+        # the actor-correction row (issue 21): Eq 10 kinds by kind / clip, others by weights
+        weights, ref, eps = None, mb_.log_pi_old, cfg.ppo_epsilon
+        if mb_.actor_weight is not None:  # sequence / batch rows: w of the whole update
+            weights = mb_.actor_weight
+            if not self.actor_row.trust_region:
+                ref, eps = None, None
+        elif not actor_weights.legacy(self.actor_row):
+            weights, ref, trust = actor_weights.minibatch_weights(
+                self.actor_row, self.actor_row_params, log_pi, mb_.log_pi_old, mb_.log_mu, adv, w)
+            eps = cfg.ppo_epsilon if trust else None
+        kind = self.actor_kind if weights is None else "ratio"
         pg_loss = actor_lib.policy_loss(
-            log_pi, mb_.log_mu, adv, kind=self.actor_kind,
-            clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
-            ppo_epsilon=cfg.ppo_epsilon, log_pi_old=mb_.log_pi_old, centering=centering)
+            log_pi, mb_.log_mu, adv, kind=kind,
+            clip=None if kind == "ratio" else cfg.actor_clip,
+            ppo_epsilon=eps, log_pi_old=ref, centering=centering, weights=weights)
         if w is not None:
             pg_loss = pg_loss * scale
         if w is None:

@@ -66,6 +66,7 @@ from vccc_jax.envs import samplers
 from vccc_jax.envs.make import env_kind, make_env
 from vccc_jax.estimators import importance
 from vccc_jax.estimators.related import decoupled as dec
+from vccc_jax.train import actor_weights
 from vccc_jax.train import replay as replay_lib
 from vccc_jax.train import route_metrics as rm
 from vccc_jax.train.config import TrainConfig, parse_actor
@@ -139,8 +140,11 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
         self.masked = cfg.replay_updates > 0 or self.env_kind == "token"
         self.target_fn = get_critic_target(cfg.critic)
         self.actor_kind, self.centered = parse_actor(cfg.actor)
-        if self.actor_kind != "ratio":
+        if self.actor_kind in ("truncate", "mask"):
             importance.check_weight_kind(self.actor_kind, cfg.actor_clip)
+        # the actor-correction row (issue 21) and its parameters (train.actor_weights)
+        self.actor_row, self.actor_row_params = actor_weights.resolve(
+            self.actor_kind, cfg.actor_params, cfg.actor_clip)
         self.num_updates = cfg.num_updates
         self.gt_horizon = cfg.gt_horizon or gt_lib.horizon_for(cfg.gamma, 0.01)
         self.eval_horizon = int(min(getattr(self.env_params, "max_steps_in_episode", 1000), 5000))
@@ -313,6 +317,7 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             critic_w=flat(critic_w), actor_w=flat(actor_w),
             log_rho=flat(prep.inputs.transitions.log_rhos) if self.baseline_net else None,
             bstar_h=flat(prep.bstar_h) if self.baseline_net else None,
+            actor_weight=flat(self._update_actor_weights(ltraj, prep, log_pi_old, actor_w)),
         )
         learn = (state.actor_params, state.critic_params, state.actor_opt_state,
                  state.critic_opt_state, state.baseline_params, state.baseline_opt_state)

@@ -66,7 +66,8 @@ class Truth:
             weights = exact_metrics.lag_weights(ltraj.lag, w_all, nv)
             fresh_w = jnp.ones(traj.lag.shape, jnp.float32)
             actor = dict(kind=self.actor_kind, centred=self.centered,
-                         clip=None if self.actor_kind == "ratio" else cfg.actor_clip)
+                         clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
+                         correction_params=self.actor_row_params)
             if self.env_kind == "tabular":
                 out = exact_metrics.tabular_metrics(
                     self.env_params, self.actor_logits, self.critic_values, state.actor_params,

@@ -6,7 +6,7 @@ sampled target checks. To add one (e.g. for a new testbed), write the function i
 module of this folder and append it to :data:`SECTIONS` -- that is the only registration.
 Derive keys from ``ctx.key`` with ``jax.random.fold_in(ctx.key, <unused integer>)`` so
 other sections' numbers do not move (taken: 2 estimator_checks, 12 token, 13 BRACE,
-14 decoupled, 15 RAC, 16 PS-PPO; ``split(ctx.key, 3)`` by the groups, the sampled half and
+14 decoupled, 15 RAC, 16 PS-PPO, 21 actor corrections; ``split(ctx.key, 3)`` by the groups, the sampled half and
 vtrace_library). Keep a section cheap (< ~3 s on 2 idle cores): one compiled graph with the
 library functions it checks as a static argument (so a test that patches the library
 recompiles only that graph), tiny problems, no per-setting compiles.
@@ -19,6 +19,7 @@ from typing import Callable, NamedTuple
 import chex
 
 from vccc_jax.verify.report import Row
+from vccc_jax.verify.sections.actor_corrections import actor_rows
 from vccc_jax.verify.sections.bandit import bandit_rows
 from vccc_jax.verify.sections.comparators import brace_rows, decoupled_rows, rac_rows
 from vccc_jax.verify.sections.estimator_checks import estimator_rows
@@ -37,7 +38,7 @@ class Context(NamedTuple):
 Section = Callable[[Context], "list[Row]"]
 
 SECTIONS: list[Section] = [bandit_rows, vtrace_rows, estimator_rows, token_rows, brace_rows, decoupled_rows,
-                           rac_rows, ps_ppo_rows]
+                           rac_rows, ps_ppo_rows, actor_rows]
 
-__all__ = ["Context", "SECTIONS", "Section", "bandit_rows", "brace_rows", "decoupled_rows", "estimator_rows",
+__all__ = ["Context", "SECTIONS", "Section", "actor_rows", "bandit_rows", "brace_rows", "decoupled_rows", "estimator_rows",
            "ps_ppo_rows", "rac_rows", "token_rows", "vtrace_rows"]

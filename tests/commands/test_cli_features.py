@@ -1,0 +1,114 @@
+"""``vccc sweep --dry-run / --export csv / --track``, ``vccc list`` and ``vccc bench commands``
+(no sweep computes here: the stores are written by the test, with known timings)."""
+
+import csv
+import io
+import json
+import sys
+
+from vccc_jax import cli
+from vccc_jax.commands import sweep
+from vccc_jax.runs import schema
+from vccc_jax.runs.store import ResultStore, cell_id
+
+SWEEP = {"name": "t", "kind": "tabular_sweep",
+         "base": {"num_mdps": 2, "families": [{"name": "g", "kind": "garnet", "num_states": 4,
+                                               "num_actions": 2, "branching": 2}],
+                  "history": {"num_versions": 5}, "train": {"num_updates": 10}},
+         "grid": {"laws": ["fixed", "uniform"], "mean_lags": [0, 1, 2],
+                  "methods": ["uncorrected", "vccc"]}}  # 2 x 3 x 2 = 12 cells
+
+
+def _store(directory, rows):
+    directory.mkdir(exist_ok=True)
+    with ResultStore(directory / "t.jsonl") as store:
+        for r in rows:
+            store.append(r)
+
+
+def _config(tmp_path, table=SWEEP):
+    path = tmp_path / "t.toml"
+    path.write_text(schema.dumps(table))
+    return path
+
+
+def test_dry_run_counts_cells_and_times_the_rest(tmp_path, capsys):
+    path = _config(tmp_path)
+    _, _, cells = sweep.plan(schema.load(path))
+    assert len(cells) == 12
+    argv = ["sweep", "--config", str(path), "--results", str(tmp_path / "res"), "--figures",
+            str(tmp_path / "figs"), "--dry-run"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "12 cells, 0 already in" in out and "12 to compute" in out
+    assert "ETA unknown" in out
+    # 4 cells stored: 2 from a tabular group (run_s 3.0 over 2 cells: 1.5 s each, compile
+    # 10 s), 2 timed per cell (3 s, 5 s): median 2.25 s -> 8 x 2.25 = 18 s + 10 s compile
+    timings = {"group": "g/vccc", "group_cells": 2, "run_s": 3.0, "compile_s": 10.0}
+    metas = [{"timings": timings}, {"timings": timings}, {"timings": {"cell_s": 3.0}},
+             {"seconds": 5.0}]
+    rows = [{"id": cell_id(c), "cell": c, "metrics": {}, "meta": m}
+            for c, m in zip(cells, metas)]
+    assert not (tmp_path / "res").exists() and not (tmp_path / "figs").exists()  # made none
+    _store(tmp_path / "res", rows)
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "12 cells, 4 already in" in out and "8 to compute" in out
+    assert "ETA 00:18 compute + 00:10 compile" in out and "8 cells x 2.25 s" in out
+
+
+def test_export_csv_and_tracking_read_the_store(tmp_path, capsys, monkeypatch):
+    path = _config(tmp_path)
+    _, _, cells = sweep.plan(schema.load(path))
+    ids = [cell_id(c) for c in cells]
+    rows = [{"id": ids[i], "cell": cells[i], "metrics": {"err": 0.5 * i, "per_seed": [i, i + 1]},
+             "meta": {"seconds": 1.0, "git": {"rev": "abc"}, "packages": {"jax": "x"}}}
+            for i in range(3)]
+    _store(tmp_path, rows)
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert cli.main(["sweep", "--config", str(path), "--results", str(tmp_path),
+                     "--export", "csv"]) == 0
+    monkeypatch.undo()
+    table = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [r["id"] for r in table] == ids[:3]
+    assert table[2]["cell.family.num_states"] == "4" and table[2]["metrics.err"] == "1.0"
+    assert table[2]["cell.law"] == cells[2]["law"] and table[2]["cell.method"] == "uncorrected"
+    assert json.loads(table[1]["metrics.per_seed"]) == [1, 2]
+    assert table[0]["meta.git.rev"] == "abc" and "meta.packages.jax" not in table[0]
+    assert "exported 3 rows" in capsys.readouterr().err
+    # --track: every stored cell of the grid becomes one HParams row (event files)
+    args = sweep.build_parser().parse_args(["--results", str(tmp_path), "--track",
+                                            f"tensorboard:{tmp_path / 'tb'}"])
+    sweep._track(args, schema.load(path), ids, tmp_path / "t.jsonl")
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir() if p.is_dir()) == sorted(ids[:3])
+
+
+def test_list_reads_the_registries(capsys):
+    from vccc_jax.envs.make import ENVS
+    from vccc_jax.estimators.registry import CRITIC_TARGETS
+
+    out = {}
+    for what in ("envs", "critics", "actors", "experiments"):
+        assert cli.main(["list", what]) == 0
+        out[what] = capsys.readouterr().out
+    assert all(name in out["envs"] for name in ENVS) and "token:" in out["envs"]
+    assert all(f"\n{name} " in out["critics"] for name in CRITIC_TARGETS)
+    assert "truncate" in out["actors"]
+    assert any(line.split()[:2] == ["tabular_default.toml", "tabular_sweep"]
+               for line in out["experiments"].splitlines())
+
+
+def test_bench_commands_measures_a_subprocess(tmp_path):
+    from vccc_jax.benchmarks import commands as b
+
+    assert [r.name for r in b.select("help,verify")] == ["help", "verify"]
+    assert {r.group for r in b.select(group=None)} == set(b.GROUPS)
+    row = b.Row("version", "start", ("--version",))
+    r = b.measure(row, tmp_path)
+    assert r["returncode"] == 0 and r["wall_s"] > 0 and r["cpu_s"] > 0
+    assert r["command"] == "vccc --version" and r["load_start"] >= 0
+    table = b.format_table([r])
+    assert table.splitlines()[2].startswith("| `vccc --version` | ")
+    assert b.command_line(b.select("sweep-smoke")[0]).startswith(
+        "vccc sweep --config experiments/tabular_smoke.toml --results results")

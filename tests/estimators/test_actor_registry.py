@@ -1,0 +1,225 @@
+"""The actor-correction table (issue 21): every row against a NumPy reference written here
+(extreme log-ratios, masks and sequence boundaries included), M2PO's finite-batch and
+population masks against brute force, and the contract's errors. One compiled graph for all
+rows (float64)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vccc_jax.estimators import actor_registry as ar
+from vccc_jax.estimators import importance
+
+T, B = 7, 5
+PARAMS = {"truncate": {"clip": 1.5}, "mask": {"clip": 1.5}, "icepop": {"alpha": 0.6, "beta": 1.8},
+          "seq_tis": {"clip": 1.5}, "seq_mis": {"alpha": 0.3, "beta": 2.5},
+          "gspo": {"eps_low": 0.05, "eps_high": 0.1}, "cispo": {"eps_low": 0.3, "eps_high": 0.5},
+          "ppo": {"epsilon": 0.2}, "areal": {"cap": 3.0, "max_staleness": 1}, "m2po": {"tau": 0.3}}
+
+
+# ------------------------------------------------------------------ NumPy references
+
+def np_rho(lr):
+    x = np.where(np.isnan(lr) | (lr == np.inf), -np.inf, np.minimum(lr, 20.0))  # invalid: 0
+    return np.exp(x)
+
+
+def np_segments(starts):
+    """Per column, the list of (start, stop) token ranges of its sequences."""
+    out = []
+    for b in range(starts.shape[1]):
+        cuts = [0] + [t for t in range(1, starts.shape[0]) if starts[t, b]] + [starts.shape[0]]
+        out.append(list(zip(cuts[:-1], cuts[1:])))
+    return out
+
+
+def np_sequence_stats(lr, mask, starts):
+    """(log R, |y|) per token: sums over the masked tokens of each token's sequence."""
+    invalid = np.isnan(lr) | (lr == np.inf)
+    clean = np.where(mask, np.where(invalid, -np.inf, np.minimum(lr, 20.0)), 0.0)
+    log_r, n = np.zeros_like(lr), np.zeros_like(lr)
+    for b, segs in enumerate(np_segments(starts)):
+        for lo, hi in segs:
+            with np.errstate(invalid="ignore"):
+                log_r[lo:hi, b] = np.sum(clean[lo:hi, b])
+            n[lo:hi, b] = np.sum(mask[lo:hi, b])
+    return log_r, n
+
+
+def np_keep(x, adv, lo, hi):
+    return ~(((adv > 0) & (x > 1 + hi)) | ((adv < 0) & (x < 1 - lo)))
+
+
+def np_m2po_keep(lr, mask, tau):
+    """Greedy: drop the largest (log r)^2 (ties: the highest flat index) until the kept mean
+    is <= tau."""
+    x2 = np.where(np.isnan(lr), np.inf, np.square(np.minimum(lr, 20.0))).reshape(-1)
+    x2 = np.where(np.isfinite(x2), x2, np.inf)
+    kept = [i for i in range(x2.size) if mask.reshape(-1)[i]]
+    while kept and np.mean(x2[kept]) > tau:
+        worst = max(kept, key=lambda i: (x2[i], i))
+        kept.remove(worst)
+    keep = np.zeros(x2.size)
+    keep[kept] = 1.0
+    return keep.reshape(lr.shape)
+
+
+def np_reference(name, lr, adv, mask, starts, lags):
+    p = PARAMS.get(name, {})
+    rho = np_rho(lr)
+    log_r, n = np_sequence_stats(lr, mask, starts)
+    big_r = np.exp(np.minimum(log_r, 20.0))
+    if name == "none":
+        w = np.ones_like(lr)
+    elif name == "ratio":
+        w = rho
+    elif name == "truncate":
+        w = np.minimum(rho, p["clip"])
+    elif name == "mask":
+        w = np.where((rho >= 1 / p["clip"]) & (rho <= p["clip"]), rho, 0.0)
+    elif name == "icepop":
+        w = np.where((rho >= p["alpha"]) & (rho <= p["beta"]), rho, 0.0)
+    elif name == "seq_tis":
+        w = np.minimum(big_r, p["clip"])
+    elif name == "seq_mis":
+        w = np.where((big_r >= p["alpha"]) & (big_r <= p["beta"]), big_r, 0.0)
+    elif name == "gspo":
+        s = np.exp(np.minimum(np.where(n > 0, log_r / np.maximum(n, 1), 0.0), 20.0))
+        w = s * np_keep(s, adv, p["eps_low"], p["eps_high"])
+    elif name == "topr":
+        w = np.where(adv >= 0, 1.0, np.minimum(big_r, 1.0))
+    elif name == "topr_token":
+        w = np.where(adv >= 0, 1.0, np.minimum(rho, 1.0))
+    elif name == "cispo":
+        w = np.clip(rho, 1 - p["eps_low"], 1 + p["eps_high"])
+    elif name == "ppo":
+        w = rho * np_keep(rho, adv, p["epsilon"], p["epsilon"])
+    elif name == "areal":
+        w = np.where((rho <= p["cap"]) & (lags <= p["max_staleness"]), rho, 0.0)
+    elif name == "m2po":
+        w = rho * np_m2po_keep(lr, mask, p["tau"])
+    else:
+        raise AssertionError(name)
+    return np.where(mask, w, 0.0)
+
+
+# ------------------------------------------------------------------ one graph, all rows
+
+NAMES = tuple(ar.ACTOR_CORRECTIONS)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _all_rows(names, lr, adv, mask, starts, lags):
+    out = {}
+    for name in names:
+        row = ar.get_actor_correction(name)
+        data = {k: v for k, v in (("starts", starts), ("lags", lags)) if k in row.data}
+        out[name] = row(lr, adv, mask=mask, **PARAMS.get(name, {}), **data)
+    return out
+
+
+def _inputs(seed):
+    rng = np.random.default_rng(seed)
+    lr = 0.8 * rng.normal(size=(T, B))
+    lr[1, 0], lr[2, 1], lr[3, 2], lr[4, 3] = 30.0, -np.inf, np.inf, np.nan  # overflow / support
+    adv = rng.normal(size=(T, B))
+    adv[0, 4] = 0.0
+    mask = rng.uniform(size=(T, B)) > 0.2
+    mask[:, 3] = False  # a column with no action token (GSPO's |y| = 0)
+    starts = rng.uniform(size=(T, B)) > 0.7
+    lags = rng.integers(0, 3, size=(T, B))
+    return lr, adv, mask, starts, lags
+
+
+@pytest.fixture(scope="module")
+def rows_and_refs():
+    with jax.enable_x64(True):
+        out = []
+        for seed in (0, 1):
+            lr, adv, mask, starts, lags = _inputs(seed)
+            got = jax.device_get(_all_rows(NAMES, jnp.asarray(lr), jnp.asarray(adv), jnp.asarray(mask),
+                                           jnp.asarray(starts), jnp.asarray(lags)))
+            out.append((got, {n: np_reference(n, lr, adv, mask, starts, lags) for n in NAMES}))
+        return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_row_matches_numpy_reference(rows_and_refs, name):
+    for got, ref in rows_and_refs:
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-12, atol=1e-12, err_msg=name)
+        assert np.all(np.isfinite(got[name]))
+
+
+def test_rows_see_their_inputs(rows_and_refs):
+    """Guard against a vacuous comparison: the rows differ where their definitions do."""
+    got, _ = rows_and_refs[0]
+    assert not np.allclose(got["truncate"], got["ratio"])
+    assert not np.allclose(got["seq_tis"], got["truncate"])
+    assert not np.allclose(got["m2po"], got["ratio"])  # tau binds
+    assert not np.allclose(got["areal"], got["ratio"])
+    # sequence rows are constant along a sequence (for one advantage sign)
+    segs = np_segments(_inputs(0)[3])
+    mask = _inputs(0)[2]
+    for b, col in enumerate(segs):
+        for lo, hi in col:
+            vals = got["seq_tis"][lo:hi, b][mask[lo:hi, b]]
+            assert np.ptp(vals) == 0 if vals.size else True
+
+
+def test_m2po_population_threshold_matches_brute_force():
+    rng = np.random.default_rng(3)
+    lr = rng.normal(size=(40,)) * np.where(np.arange(40) < 5, 3.0, 0.5)
+    p = rng.uniform(size=(40,))
+    tau = 0.2
+    with jax.enable_x64(True):
+        kappa, frac = ar.second_moment_threshold(jnp.asarray(lr), jnp.asarray(p), tau)
+        keep = np.asarray(ar.threshold_keep(jnp.asarray(lr), kappa, frac))
+    x2 = lr ** 2
+    order = np.argsort(x2)
+    mass = moment = 0.0
+    ref = np.zeros(40)
+    for i in order:  # admit atoms in order of x2 while the kept mean stays <= tau
+        if moment + p[i] * x2[i] <= tau * (mass + p[i]):
+            ref[i], mass, moment = 1.0, mass + p[i], moment + p[i] * x2[i]
+        else:
+            ref[i] = (tau * mass - moment) / (p[i] * (x2[i] - tau))
+            break
+    np.testing.assert_allclose(keep, ref, atol=1e-12)
+    assert 0 < ref.sum() < 40
+    np.testing.assert_allclose(np.sum(p * keep * x2), tau * np.sum(p * keep), rtol=1e-12)
+    # not binding: nothing dropped
+    with jax.enable_x64(True):
+        k2, f2 = ar.second_moment_threshold(jnp.asarray(lr), jnp.asarray(p), 100.0)
+    assert np.isinf(float(k2)) and float(f2) == 1.0
+
+
+def test_sequence_sum_with_starts():
+    x = np.arange(1.0, 7.0).reshape(6, 1) * np.ones((1, 2))
+    starts = np.zeros((6, 2), bool)
+    starts[3, 0] = True
+    got = np.asarray(ar.sequence_sum(jnp.asarray(x), jnp.asarray(starts)))
+    np.testing.assert_array_equal(got[:, 0], [6, 6, 6, 15, 15, 15])
+    np.testing.assert_array_equal(got[:, 1], [21] * 6)
+
+
+def test_contract_errors_name_the_argument():
+    lr = jnp.zeros((3, 2))
+    with pytest.raises(ValueError, match="unknown.*'gamma'"):
+        ar.get_actor_correction("icepop")(lr, lr, gamma=1.0)
+    with pytest.raises(ValueError, match="beta must be >= alpha"):
+        ar.get_actor_correction("icepop")(lr, lr, alpha=2.0, beta=1.0)
+    with pytest.raises(ValueError, match="clip must be >= 1"):
+        ar.get_actor_correction("mask")(lr, lr, clip=0.5)
+    with pytest.raises(ValueError, match="data inputs"):
+        ar.get_actor_correction("truncate")(lr, lr, starts=lr > 0)
+    with pytest.raises(ValueError, match="lags"):
+        ar.get_actor_correction("areal")(lr, lr, max_staleness=2)
+    with pytest.raises(ValueError, match="must be one of"):
+        ar.get_actor_correction("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        ar.register_actor_correction(ar.get_actor_correction("ratio"))
+    assert ar.get_actor_correction("tis").name == "truncate"
+    assert ar.WEIGHT_KIND_ROWS == importance.WEIGHT_KINDS  # the first rows of the table

@@ -1,0 +1,141 @@
+"""Optional experiment tracking: TensorBoard event files. Off by default, no account needed.
+
+    tracker = open_tracker("tensorboard", logdir="results/tensorboard/my_run", config=cfg)
+    tracker.log(step, {"return": 12.5, "gt_mse": 0.03})     # scalars at a step
+    tracker.log_cell("3f2a...", {"law": "fixed", "mean_lag": 4}, {"fp_err_max": 0.1})
+    tracker.close()
+
+Specs (``--track``): ``none`` (default: a tracker that does nothing) and ``tensorboard`` or
+``tensorboard:DIR`` (event files written by ``tensorboardX``: no TensorFlow, no account;
+``pip install 'vccc_jax[tracking]'``; view with ``tensorboard --logdir DIR``). Weights &
+Biases users import the same files: ``wandb sync --sync-tensorboard DIR`` (one writer, one
+format, one code path to test).
+
+``log`` takes any mapping: non-numeric and non-finite values are skipped, nested mappings
+become ``a/b`` tags. ``log_cell`` records one finished grid cell of a sweep (TensorBoard's
+HParams table: one row per cell, its parameters and metrics). The trainer's hook is three lines
+(``runs.train.run_one``; ``new_rows``: the chunk's ``metrics_to_rows``, one per update and
+seed; :func:`log_rows` logs the mean over seeds at each update)::
+
+    tracker = open_tracker(track, logdir=out / "tensorboard", config=cfg.to_dict())
+    log_rows(tracker, new_rows)                                # after each chunk
+    tracker.close()                                            # after the loop
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+BACKENDS = ("none", "tensorboard")
+
+
+def parse_spec(spec: Optional[str]) -> tuple[str, Optional[str]]:
+    """``"tensorboard:DIR"`` -> ("tensorboard", "DIR"); checks the backend name and that its
+    package is installed (ValueError naming ``--track`` otherwise). No heavy import."""
+    import importlib.util
+
+    backend, _, arg = (spec or "none").partition(":")
+    if backend not in BACKENDS or (backend == "none" and arg):
+        raise ValueError(f"--track must be none, tensorboard or tensorboard:DIR, got {spec!r}")
+    if backend == "tensorboard" and importlib.util.find_spec("tensorboardX") is None:
+        raise ValueError("--track tensorboard: the tensorboardX package is not installed "
+                         "(pip install 'vccc_jax[tracking]')")
+    return backend, arg or None
+
+
+def scalars(metrics: Mapping, prefix: str = "") -> dict[str, float]:
+    """The finite numbers of ``metrics`` (bools and numpy scalars included; nested
+    mappings as ``prefix/key``), as floats."""
+    out = {}
+    for k, v in metrics.items():
+        tag = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(scalars(v, tag + "/"))
+            continue
+        if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+            v = v.item()
+        if isinstance(v, (bool, int, float)) and math.isfinite(float(v)):
+            out[tag] = float(v)
+    return out
+
+
+class Tracker:
+    """The do-nothing tracker (``--track none``) and the interface of the others."""
+
+    def log(self, step: int, metrics: Mapping) -> None:
+        """Record the scalars of ``metrics`` at ``step``."""
+
+    def log_cell(self, name: str, params: Mapping, metrics: Mapping) -> None:
+        """Record one finished grid cell: its parameters and its metrics."""
+
+    def close(self) -> None:
+        """Flush and close (idempotent)."""
+
+    def __enter__(self) -> "Tracker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _hparam(v: Any):
+    """An HParams value: bool / number / string (others as their text)."""
+    return v if isinstance(v, (bool, int, float, str)) else str(v)
+
+
+class TensorBoardTracker(Tracker):
+    """Event files under ``logdir`` (``tensorboardX.SummaryWriter``)."""
+
+    def __init__(self, logdir: str | os.PathLike, config: Optional[Mapping] = None):
+        from tensorboardX import SummaryWriter
+
+        self.logdir = Path(logdir)
+        self._writer = SummaryWriter(logdir=str(self.logdir), flush_secs=30)
+        if config:
+            import json
+
+            self._writer.add_text("config", "```\n" + json.dumps(config, indent=1, default=str)
+                                  + "\n```", 0)
+
+    def log(self, step: int, metrics: Mapping) -> None:
+        for tag, value in scalars(metrics).items():
+            self._writer.add_scalar(tag, value, int(step))
+
+    def log_cell(self, name: str, params: Mapping, metrics: Mapping) -> None:
+        self._writer.add_hparams({k: _hparam(v) for k, v in params.items()},
+                                 scalars(metrics), name=name, global_step=0)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def log_rows(tracker: Tracker, rows: Sequence[Mapping], step: str = "update",
+             skip: Sequence[str] = ("seed",)) -> None:
+    """Log table rows (e.g. ``metrics.csv`` rows, one per update and seed): at each value of
+    ``rows[i][step]``, the mean over its rows of every numeric column (NaN ignored) except
+    ``step`` and ``skip``."""
+    by_step: dict[int, list[Mapping]] = {}
+    for row in rows:
+        by_step.setdefault(int(row[step]), []).append(row)
+    for k in sorted(by_step):
+        columns: dict[str, list[float]] = {}
+        for row in by_step[k]:
+            for tag, v in scalars({c: x for c, x in row.items()
+                                   if c != step and c not in skip}).items():
+                columns.setdefault(tag, []).append(v)
+        tracker.log(k, {tag: sum(vs) / len(vs) for tag, vs in columns.items()})
+
+
+def open_tracker(spec: Optional[str], *, logdir: str | os.PathLike,
+                 config: Optional[Mapping] = None) -> Tracker:
+    """The tracker of a ``--track`` spec: TensorBoard event files in ``DIR`` (default
+    ``logdir``), or the do-nothing :class:`Tracker`."""
+    backend, arg = parse_spec(spec)
+    if backend == "tensorboard":
+        return TensorBoardTracker(arg or logdir, config)
+    return Tracker()
