@@ -3,7 +3,8 @@
 Every time the docs state for a command comes from this table, not from memory: each row runs
 one command line as a fresh subprocess (``python -m vccc_jax.cli ...``, cold: a new
 interpreter, imports and compiles included, results into an empty temporary directory so
-nothing is resumed) and records
+nothing is resumed; JAX's compilation cache starts empty there too, so the first command
+that compiles a program pays for it, as on a fresh clone) and records
 
     wall s     elapsed time of the command
     CPU s      user + system CPU seconds of the command and its children (getrusage)
@@ -123,8 +124,11 @@ def measure(row: Row, tmp: Path, *, python: str = sys.executable,
     load0 = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
+    # JAX's compilation cache in the scratch dir: empty when run() starts, as on a fresh clone
+    # (later rows reuse what earlier rows compiled, as a newcomer's session would)
+    env = {**os.environ, "VCCC_COMPILE_CACHE": str(tmp / "jax_cache")}
     proc = subprocess.run([python, "-m", "vccc_jax.cli", *argv], cwd=ROOT, timeout=timeout,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -218,7 +222,8 @@ def machines(rows: Sequence[dict]) -> str:
 def footer(rows: Sequence[dict]) -> str:
     failed = [f"{r['name']}: {r['error']}" for r in rows if r["returncode"]]
     lines = ["Each command ran cold (fresh interpreter, imports and XLA compiles included, "
-             "empty result directory). Wall time grows with the load on a shared machine (the "
+             "empty result directory; the compilation cache starts empty and later rows reuse "
+             "what earlier ones compiled). Wall time grows with the load on a shared machine (the "
              "load average is that of the whole machine; its CPU count is one job per core); "
              "CPU time (user + system) is the steadier number."]
     return "\n".join(lines + [f"FAILED {f}" for f in failed])
