@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 
 from vccc_jax import plotting  # noqa: E402
 from vccc_jax.commands import figures  # noqa: E402
+from vccc_jax.plotting import style as plotting_style  # noqa: E402
 from vccc_jax.runs.store import read_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +114,11 @@ def test_bias_variance_has_readable_log_axes_and_no_colliding_text(smoke):
         lo, hi = ax.get_xlim()
         shown = [t for t in ax.get_xticks() if lo <= t <= hi]
         assert len(shown) >= 3  # less than a decade of variance still gets 3+ labelled ticks
+        # the sweep's garnet frontier spans 0.35-1.6 (2/3 of a decade): 1-2-5 ticks would
+        # label only 0.5 and 1 there
+        ax.set_xlim(0.35, 1.6)
+        plotting_style.log_ticks(ax, "x")
+        assert len([t for t in ax.get_xticks() if 0.35 <= t <= 1.6]) >= 3
         assert not ax.texts  # c values are marker sizes in the legend, not annotations
         labels = [t.get_text() for t in fig.legends[0].get_texts()]
         assert {f"c = {c:g}" for c in plotting.Rows(rows).clips()} <= set(labels)

@@ -70,7 +70,7 @@ def fig_async_ac(rows: list[dict], mode: str = "expected", actor_kind: Optional[
             if not rs:
                 continue
             x = dodge(np.array([r["cell"]["mean_lag"] for r in rs]),
-                      present.index((crit, cen)), len(present), 0.05)
+                      present.index((crit, cen)), len(present), 0.12)
             y = np.array([t["mean"] for t in st])
             e = np.array([t["ci"] for t in st])
             ax.errorbar(x, y, yerr=e, label=name, color=color, marker=marker, ls=ls, capsize=2, ms=3)

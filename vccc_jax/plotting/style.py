@@ -191,16 +191,19 @@ def dodge(x, k: int, n: int, step: float = 0.03):
 
 def log_ticks(ax, axis: str = "y") -> None:
     """Enough labelled ticks on a log axis, from its current limits (call it after plotting):
-    under ~half a decade plain round numbers, under 1.5 decades 1, 2, 5 x 10^k, under 3
-    decades 1, 3 x 10^k, else every decade; labels as plain numbers (0.02, not 2 x 10^-2)."""
+    the sparsest of every decade, 1, 3 x 10^k, 1, 2, 5 x 10^k and 1, 1.5, 2, 3, 5, 7 x 10^k
+    that puts at least 3 ticks inside the limits (else plain round numbers); labels as plain
+    numbers (0.02, not 2 x 10^-2)."""
     a = ax.yaxis if axis == "y" else ax.xaxis
     lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
-    span = np.log10(hi / lo) if lo > 0 else np.inf
-    if span < 0.6:
-        loc = mticker.MaxNLocator(nbins=4)
-    else:
-        subs = (1.0, 2.0, 5.0) if span < 1.5 else (1.0, 3.0) if span < 3 else (1.0,)
-        loc = mticker.LogLocator(base=10, subs=subs, numticks=30)
+    loc = mticker.MaxNLocator(nbins=4)
+    if lo > 0:
+        decades = 10.0 ** np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
+        for subs in ((1.0,), (1.0, 3.0), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)):
+            ticks = np.outer(decades, subs).ravel()
+            if np.sum((ticks >= lo) & (ticks <= hi)) >= 3:
+                loc = mticker.LogLocator(base=10, subs=subs, numticks=30)
+                break
     a.set_major_locator(loc)
     a.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
     a.set_minor_locator(mticker.LogLocator(base=10, subs=np.arange(1, 10), numticks=30))
