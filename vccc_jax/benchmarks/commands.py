@@ -247,6 +247,9 @@ def with_table(text: str, rows: Sequence[dict]) -> str:
     if i < 0 or j < i:
         raise ValueError(f"no {BEGIN} ... {END} markers to put the table between")
     block = (f"Measured on {machines(rows)} by `vccc bench commands` (newest of "
-             f"[docs/command_times.md](docs/command_times.md)), cold: imports and compiles "
-             f"included.\n\n{format_table(rows)}")
+             f"[docs/command_times.md](docs/command_times.md)), in this order from a fresh "
+             f"interpreter with imports and compiles included; JAX's compilation cache starts "
+             f"empty and later rows reuse what earlier ones compiled (so `vccc verify` after "
+             f"`vccc verify --quick` compiles less). Load = 1-minute load average of the whole "
+             f"machine.\n\n{format_table(rows)}")
     return text[: i + len(BEGIN)] + "\n" + block + "\n" + text[j:]
