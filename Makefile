@@ -9,7 +9,7 @@ comma  := ,
 EXTRAS := dev$(if $(ACCEL),$(comma)$(ACCEL))
 STAMP  := $(VENV)/.installed$(if $(ACCEL),-$(ACCEL))
 
-.PHONY: venv lint test sweep verify bench bench-device figures clean
+.PHONY: venv lint test sweep verify bench bench-device figures notebooks clean
 
 venv: $(STAMP)
 
@@ -33,6 +33,10 @@ verify: $(STAMP)
 
 figures: $(STAMP)
 	$(VENV)/bin/vccc figures --results results --out figures --gallery docs/figures
+
+# Executed notebooks (outputs included) for Jupyter: notebooks/<name>.ipynb (git-ignored).
+notebooks: $(STAMP)
+	$(VENV)/bin/vccc figures --results results --out figures --ipynb notebooks
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'

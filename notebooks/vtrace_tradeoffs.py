@@ -18,9 +18,14 @@
 # reductions first: the fixed point is V^{pi_rho-bar} whatever c-bar, lambda and n are.
 
 # %% tags=["parameters"]
-results = "../results"  # directory of stored results (vccc sweep / train / bench outputs)
-out = "../figures"      # where PDF + PNG figures go
-gallery = ""            # optional: small README PNGs (docs/figures)
+results = "results"  # stored results (vccc sweep / train / bench); relative: from the repo root
+out = "figures"      # where PDF + PNG figures go (relative: from the repo root)
+gallery = ""         # optional: small README PNGs (docs/figures)
+
+# %%
+from vccc_jax.plotting.style import repo_path
+
+results, out, gallery = repo_path(results), repo_path(out), repo_path(gallery)  # any cwd works
 
 # %%
 from vccc_jax.plotting.examples import fig_vtrace_tradeoffs

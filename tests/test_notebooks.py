@@ -1,9 +1,11 @@
 """Every notebook (jupytext percent script in notebooks/) runs headless on the tiny committed
 result set in tests/data/results, through the same path as `vccc figures` (papermill
-parameters, nbclient), sharing one kernel; each writes its PNG + PDF figures."""
+parameters, nbclient), sharing one kernel, from a working directory outside the repository;
+each writes its PNG + PDF figures and is saved as an executed .ipynb (`--ipynb`)."""
 
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from vccc_jax.commands import figures
@@ -40,17 +42,36 @@ def test_every_notebook_is_listed_and_paired_as_percent_script():
     for p in NOTEBOOKS:
         text = p.read_text()
         assert "format_name: percent" in text and '# %% tags=["parameters"]' in text
+        # defaults are repo-root relative (resolved by repo_path), never "../" from notebooks/
+        assert 'results = "results"' in text and "../" not in text and "repo_path(results)" in text
+
+
+def test_repo_path_resolves_from_the_repository_root(tmp_path, monkeypatch):
+    from vccc_jax.plotting.style import repo_path
+
+    monkeypatch.chdir(tmp_path)
+    assert repo_path("results") == ROOT / "results" and repo_path("") == ""
+    assert repo_path(tmp_path / "x") == tmp_path / "x"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_on_tiny_results(path, kernel, tmp_path):
-    out, gallery = tmp_path / "figures", tmp_path / "gallery"
+    out, gallery, saved = tmp_path / "figures", tmp_path / "gallery", tmp_path / "ipynb"
     figures.run_notebooks(DATA, out, gallery, names=[path.stem], km=kernel,
-                          write_examples=False, log=lambda *_: None)
+                          write_examples=False, log=lambda *_: None, ipynb=saved, cwd=tmp_path)
     for name in EXPECTED[path.stem]:
         png, pdf, small = out / f"{name}.png", out / f"{name}.pdf", gallery / f"{name}.png"
         assert png.read_bytes()[:4] == b"\x89PNG" and pdf.read_bytes()[:4] == b"%PDF", name
         assert small.stat().st_size < 200_000, f"gallery PNG {name} over 200 KB"
+    nb = nbformat.read(saved / f"{path.stem}.ipynb", as_version=4)  # what Jupyter opens
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3" and "jupytext" not in nb.metadata  # unpaired
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert not code[0].source.startswith("%reset")  # the kernel-reuse cell is not saved
+    assert any("injected-parameters" in c.metadata.get("tags", []) and str(DATA) in c.source
+               for c in code)
+    assert all(c.execution_count for c in code)  # every cell ran
+    assert any(o.output_type == "display_data" for c in code for o in c.outputs)  # a figure
 
 
 def test_figures_command_rejects_unknown_notebook_and_missing_results(tmp_path, capsys):

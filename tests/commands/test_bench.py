@@ -65,6 +65,9 @@ def test_unknown_or_missing_benchmark(capsys):
     (["routes", "--routes", "exact,snapshot"], "unknown routes ['snapshot']"),
     (["routes", "--updates", "0"], "--updates"),
     (["routes", "--lag", "bogus"], "lag must look like"),
+    (["commands", "--only", "help", "--readme", "no/such/README.md"], "no such file"),
+    (["commands", "--only", "help", "--readme", "pyproject.toml", "--out", "x.md"], "markers"),
+    (["commands", "--only", "help", "--readme", "README.md"], "--readme needs --out"),
 ])
 def test_bad_values_are_one_line(argv, match, capsys):
     _one_line_error(capsys, argv, match)

@@ -6,6 +6,8 @@ import io
 import json
 import sys
 
+import pytest
+
 from vccc_jax import cli
 from vccc_jax.commands import sweep
 from vccc_jax.runs import schema
@@ -112,3 +114,27 @@ def test_bench_commands_measures_a_subprocess(tmp_path):
     assert table.splitlines()[2].startswith("| `vccc --version` | ")
     assert b.command_line(b.select("sweep-smoke")[0]).startswith(
         "vccc sweep --config experiments/tabular_smoke.toml --results results")
+
+
+def test_bench_commands_record_keeps_the_newest_good_row_and_fills_the_readme(tmp_path):
+    from vccc_jax.benchmarks import commands as b
+
+    def row(name, wall, rc=0):
+        return {"name": name, "command": f"vccc {name}", "wall_s": wall, "cpu_s": wall / 2,
+                "returncode": rc, "load_start": 1.0, "load_end": 2.0, "error": "boom" * rc,
+                "date": "2026-12-01T20:00+00:00", "host": "h", "cpus": 2}
+
+    record = b.record_path(tmp_path / "times.md")
+    assert record == tmp_path / "times.jsonl"
+    b.append_record(record, [row("verify", 100.0), row("help", 0.2)])
+    b.append_record(record, [row("verify", 50.0), row("verify", 1.0, rc=1), row("gone", 1.0)])
+    shown = b.newest(b.read_record(record))
+    # ROWS order, the later good run of verify wins, a failure never replaces it, unknown dropped
+    assert [(r["name"], r["wall_s"]) for r in shown] == [("help", 0.2), ("verify", 50.0)]
+    assert "| `vccc verify` | every identity of the write-up" in b.page(shown)
+    readme = "intro\n" + b.BEGIN + "\nstale\n" + b.END + "\nrest\n"
+    out = b.with_table(readme, shown)
+    assert out.startswith("intro\n" + b.BEGIN) and out.endswith(b.END + "\nrest\n")
+    assert "stale" not in out and "| 50 s | 25 s | 0.50 | 1.0-2.0 | 2026-12-01 |" in out
+    with pytest.raises(ValueError, match="markers"):
+        b.with_table("no markers", shown)

@@ -22,6 +22,7 @@ the same few lines on top of ``scipy.stats`` (trim_mean, bootstrap, wilcoxon).
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
@@ -74,6 +75,32 @@ def stratified_bootstrap_ci(scores, statistic: Callable = iqm, level: float = CI
     if not np.isfinite(lo):  # degenerate: every resample identical
         lo = hi = point
     return point, float(lo), float(hi)
+
+
+def bootstrap_band(y, axis: int = -1, level: float = CI_LEVEL, num_boot: int = NUM_BOOT,
+                   seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, lo, hi) over runs along ``axis`` at every other index, e.g. a learning curve
+    ``[updates, seeds]`` -> three ``[updates]`` arrays: the mean over seeds and its percentile
+    bootstrap CI (seeds resampled with replacement, the same resamples at every update).
+
+    A resampled mean lies between the smallest and largest run, so the band never leaves
+    the metric's range (a t band over 2 seeds can put an ESS fraction above 1 or a
+    non-negative return below 0). NaN runs are left out of each mean; with one run the
+    band is the mean."""
+    y = np.moveaxis(np.asarray(y, np.float64), axis, -1)
+    avg = np.nanmean if np.isnan(y).any() else np.mean
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices give NaN
+        mean = avg(y, axis=-1)
+        n = y.shape[-1]
+        if n < 2:
+            return mean, mean.copy(), mean.copy()
+        idx = np.random.default_rng(seed).integers(0, n, size=(num_boot, n))
+        boots = avg(y[..., idx], axis=-1)  # [..., num_boot]
+        alpha = (1.0 - level) / 2
+        quantile = np.nanquantile if np.isnan(boots).any() else np.quantile
+        lo, hi = quantile(boots, [alpha, 1.0 - alpha], axis=-1)
+    return mean, lo, hi
 
 
 def mean_stat(x, axis=-1):

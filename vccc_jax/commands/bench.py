@@ -8,6 +8,7 @@ printing of the benchmarks.
     vccc bench routes     [--updates N] [--seeds N] [--repeats N] [--routes a,b] [--lag L] ...
     vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
     vccc bench commands   [--group start|comparators|all] [--only a,b] [--out FILE.md]
+                          [--readme README.md]
 
 The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
 this module parses, validates, prints the header before the (long) measurements, progress
@@ -373,13 +374,19 @@ def commands_parser() -> Parser:
                    help="which rows (default: start, a newcomer's first commands)")
     p.add_argument("--only", default=None,
                    help="comma-separated rows instead: " + ",".join(r.name for r in b.ROWS))
-    p.add_argument("--out", default=None, help="also write the markdown table here")
+    p.add_argument("--out", default=None,
+                   help="append the measurements to FILE's .jsonl record and rewrite FILE.md "
+                        "from the newest of every row (docs/command_times.md)")
+    p.add_argument("--readme", default=None,
+                   help="also put that table between the command-times markers of this file")
     p.add_argument("--timeout", type=_positive(float), default=None,
                    help="seconds per command (default: none)")
     return p
 
 
 def commands(argv: list[str]) -> Callable[[], int]:
+    from pathlib import Path
+
     from vccc_jax.benchmarks import commands as b
     from vccc_jax.commands.common import output_file
 
@@ -387,17 +394,27 @@ def commands(argv: list[str]) -> Callable[[], int]:
     rows = b.select(args.only, None if args.group == "all" else args.group)
     if args.out:
         output_file(args.out, "--out")
+    if args.readme:
+        readme = Path(args.readme)
+        if not readme.is_file():
+            raise ValueError(f"--readme {readme}: no such file")
+        b.with_table(readme.read_text(), [])  # the markers are there (checked before running)
+        if not args.out:
+            raise ValueError("--readme needs --out (the table comes from its record)")
 
     def bench() -> int:
-        head = b.header()
-        _out(head)
+        _out(b.header())
         results = b.run(rows, progress=_err, timeout=args.timeout)
-        table, tail = b.format_table(results), b.footer(results)
-        _out(table)
-        _out(tail)
+        _out(b.format_table(results))
+        _out(b.footer(results))
         if args.out:
-            with open(args.out, "w") as f:
-                f.write(f"# Command times\n\n{head}\n\n{table}\n\n{tail}\n")
+            record = b.record_path(args.out)
+            b.append_record(record, results)
+            shown = b.newest(b.read_record(record))
+            Path(args.out).write_text(b.page(shown))
+            if args.readme:
+                readme = Path(args.readme)
+                readme.write_text(b.with_table(readme.read_text(), shown))
         return 0 if all(r["returncode"] == 0 for r in results) else 1
 
     return bench

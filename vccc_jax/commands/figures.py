@@ -2,12 +2,16 @@
 
     vccc figures [--results results] [--out figures] [--gallery docs/figures] [--only NAME ...]
     vccc figures --store results/tabular_default.jsonl --out figures   # one sweep store, directly
+    vccc figures --ipynb notebooks      # also save the executed notebooks (make notebooks)
 
 Notebooks are jupytext percent scripts (``notebooks/*.py``) with a cell tagged
-``parameters`` (``results``, ``out``, ``gallery``); papermill injects the values, nbclient
-executes them (one kernel shared by all notebooks). Before that, the write-up's exact
-examples are stored under ``<results>/examples/`` (``runs.examples``; seconds, kept if
-present). A notebook whose results are absent draws nothing and says so.
+``parameters`` (``results``, ``out``, ``gallery``; relative paths are taken from the
+repository root, so a notebook runs from any directory); papermill injects the values,
+nbclient executes them (one kernel shared by all notebooks). ``--ipynb DIR`` writes each
+executed notebook, outputs included, as ``DIR/<name>.ipynb`` for Jupyter (git ignores
+``*.ipynb``). Before that, the write-up's exact examples are stored under
+``<results>/examples/`` (``runs.examples``; seconds, kept if present). A notebook whose
+results are absent draws nothing and says so.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from typing import Optional
 
 from vccc_jax.commands.common import Parser, fail, guarded, output_dir
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = ROOT / "notebooks"
 
 
 def notebooks(names: Optional[list[str]] = None, directory: Path = NOTEBOOK_DIR) -> list[Path]:
@@ -64,6 +69,21 @@ def execute(nb, cwd: Path, km=None, timeout: int = 600):
     return nb
 
 
+def save_notebook(nb, path: Path, reused_kernel: bool = True) -> Path:
+    """Write an executed notebook (outputs kept) for Jupyter, without the kernel-reset cell
+    that :func:`execute` put first when it reused a kernel, and without the jupytext pairing
+    metadata (so saving it in Jupyter cannot overwrite ``notebooks/<name>.py``)."""
+    import nbformat
+
+    if reused_kernel and nb.cells and nb.cells[0].source.startswith("%reset -f"):
+        nb.cells.pop(0)
+    nb.metadata.pop("jupytext", None)
+    nbformat.validate(nb)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
 def start_kernel():
     """A started python3 kernel (the caller shuts it down: ``km.shutdown_kernel()``)."""
     from jupyter_client.manager import KernelManager
@@ -75,9 +95,11 @@ def start_kernel():
 
 def run_notebooks(results: Path, out: Path, gallery: Optional[Path] = None,
                   names: Optional[list[str]] = None, timeout: int = 600, km=None,
-                  write_examples: bool = True, log=print) -> dict:
-    """Store the exact examples (unless present), then execute each notebook with
-    ``results`` / ``out`` / ``gallery`` (absolute paths). Returns {stem: seconds}; a failing
+                  write_examples: bool = True, log=print, ipynb: Optional[Path] = None,
+                  cwd: Path = ROOT) -> dict:
+    """Store the exact examples (unless present), then execute each notebook in ``cwd`` with
+    ``results`` / ``out`` / ``gallery`` (absolute paths), saving it executed as
+    ``<ipynb>/<name>.ipynb`` when ``ipynb`` is given. Returns {stem: seconds}; a failing
     notebook raises (nbclient's CellExecutionError names the cell)."""
     results, out = results.resolve(), out.resolve()
     if write_examples:
@@ -92,8 +114,10 @@ def run_notebooks(results: Path, out: Path, gallery: Optional[Path] = None,
     try:
         for path in notebooks(names):
             t0 = time.time()
-            execute(load_notebook(path, params), path.parent, km=km, timeout=timeout)
+            nb = execute(load_notebook(path, params), Path(cwd), km=km, timeout=timeout)
             times[path.stem] = time.time() - t0
+            if ipynb is not None:
+                save_notebook(nb, Path(ipynb) / f"{path.stem}.ipynb", reused_kernel=km is not None)
             log(f"{path.name}: ran in {times[path.stem]:.1f}s")
     finally:
         if own:
@@ -110,6 +134,8 @@ def build_parser() -> Parser:
                    help="also write small README PNGs here (e.g. docs/figures)")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME",
                    help="run only these notebooks (stems of notebooks/*.py)")
+    p.add_argument("--ipynb", default=None, metavar="DIR",
+                   help="also save each executed notebook as DIR/<name>.ipynb (open in Jupyter)")
     p.add_argument("--timeout", type=int, default=600, help="seconds per notebook cell")
     p.add_argument("--store", default=None,
                    help="draw the staleness-sweep figures of one store file directly (no notebooks)")
@@ -147,7 +173,8 @@ def main(argv: Optional[list[str]] = None):
 
     def draw() -> int:
         run_notebooks(results, Path(args.out), Path(args.gallery) if args.gallery else None,
-                      [p.stem for p in names], timeout=args.timeout)
+                      [p.stem for p in names], timeout=args.timeout,
+                      ipynb=Path(args.ipynb) if args.ipynb else None)
         written = sorted(Path(args.out).glob("*.png"))
         print(f"{len(written)} figures (PNG + PDF) in {args.out}", file=sys.stdout)
         return 0 if written else 1

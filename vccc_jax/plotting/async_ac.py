@@ -9,7 +9,7 @@ import numpy as np
 
 from vccc_jax.analysis.async_ac import default_reference
 from vccc_jax.analysis.stats import CI_LEVEL, ci_dict
-from vccc_jax.plotting.style import TWO_COLUMN, method_style, styled
+from vccc_jax.plotting.style import TWO_COLUMN, dodge, lag_axis, method_style, styled
 
 _C = {k: method_style(k).color for k in ("uncorrected", "vccc")}
 # (critic, centering) -> (label, colour, marker, linestyle): colour = the critic's fixed colour,
@@ -29,7 +29,8 @@ def fig_async_ac(rows: list[dict], mode: str = "expected", actor_kind: Optional[
     """The 2 x 2 grid across mean lag for one actor weight: final return gap, the paired change
     of the training-averaged gap, gradient bias, cosine to the true policy gradient, the
     bias's drift / critic / weight parts, critic error (MDP means with ``CI_LEVEL``
-    t-intervals; paired over MDPs for the return change). Returns a matplotlib Figure."""
+    t-intervals; paired over MDPs for the return change), on a log2(1 + lag) axis with the
+    variants dodged sideways so their bars do not overlap. Returns a matplotlib Figure."""
     sel = [r for r in rows if r["cell"]["mode"] == mode]
     if not sel:
         raise ValueError(f"no rows with mode {mode!r}")
@@ -51,6 +52,9 @@ def fig_async_ac(rows: list[dict], mode: str = "expected", actor_kind: Optional[
     fig, axes = plt.subplots(2, 4, figsize=(TWO_COLUMN, 4.4), layout="constrained")
     ref = {r["cell"]["mean_lag"]: r for r in sel
            if (r["cell"]["critic"], r["cell"]["centering"]) == reference}
+    lags = sorted({r["cell"]["mean_lag"] for r in sel})
+    present = [v for v in ASYNC_VARIANT_STYLE
+               if any((r["cell"]["critic"], r["cell"]["centering"]) == v for r in sel)]
     for ax, (metric, label, paired) in zip(axes.ravel(), panels):
         for (crit, cen), (name, color, marker, ls) in ASYNC_VARIANT_STYLE.items():
             rs = sorted((r for r in sel if r["cell"]["critic"] == crit and r["cell"]["centering"] == cen),
@@ -65,10 +69,12 @@ def fig_async_ac(rows: list[dict], mode: str = "expected", actor_kind: Optional[
                 st = [r["metrics"][metric] for r in rs]
             if not rs:
                 continue
-            x = np.array([r["cell"]["mean_lag"] for r in rs])
+            x = dodge(np.array([r["cell"]["mean_lag"] for r in rs]),
+                      present.index((crit, cen)), len(present), 0.12)
             y = np.array([t["mean"] for t in st])
             e = np.array([t["ci"] for t in st])
             ax.errorbar(x, y, yerr=e, label=name, color=color, marker=marker, ls=ls, capsize=2, ms=3)
+        lag_axis(ax, lags)
         ax.set_title(label, fontsize=7)
         ax.set_xlabel(f"mean lag ({sel[0]['config']['grid']['law']} law)", fontsize=7)
         ax.tick_params(labelsize=6.5)

@@ -7,10 +7,20 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from vccc_jax.plotting.style import ERR_LABEL, FLOOR, TWO_COLUMN, VAR_LABEL, method_style, styled
+from vccc_jax.plotting.style import (
+    ERR_LABEL,
+    TWO_COLUMN,
+    VAR_LABEL,
+    band_line,
+    lag_axis,
+    log_ticks,
+    method_linestyle,
+    method_style,
+    styled,
+    zero_band,
+)
 
 BRACE_NS = (1, 2, 4, 8)
-_ERR_BOTTOM = 1e-5
 _ROUTE_STYLE = {"exact": ("exact (snapshot)", "#000000", "s"),
                 "ewma": ("PPO-EWMA", method_style("ppo_ewma").color, "d"),
                 "behaviour": (r"naive $\pi_{old} := \mu$", method_style("uncorrected").color, "o")}
@@ -33,33 +43,37 @@ def _brace_color(n):
 
 @styled
 def fig_brace_lag(rows: list[dict], law: str = "geometric"):
-    """Fixed-point error and target variance vs mean lag (symlog x), BRACE n in BRACE_NS
-    (light to dark green) vs uncorrected / VCCC / V-trace. Returns a Figure."""
+    """Fixed-point error and target variance vs mean lag, BRACE n in BRACE_NS (light to dark
+    green) vs uncorrected / VCCC / V-trace. log2(1 + lag) axes with the lags run as ticks;
+    errors below 1e-10 (VCCC's, float64 zero) in the error panel's "exact" strip. Returns a
+    Figure."""
     fig, axes = plt.subplots(1, 2, figsize=(TWO_COLUMN, 2.9), layout="constrained")
     methods = ["uncorrected", "vccc", "vtrace"] + [f"brace_n{n}" for n in BRACE_NS]
-    below = []  # methods whose error never reaches the axis (exact corrections)
+    series = {(metric, m): _series(rows, m, law, metric) for m in methods
+              for metric in ("fp_err_rms", "target_var")}
+    series = {k: v for k, v in series.items() if len(v[0])}
+    band = zero_band(axes[0], [y for (metric, _), (_, v) in series.items()
+                               if metric == "fp_err_rms" for y in v])
+    lags = sorted({float(x) for _, (lg, _) in series.items() for x in lg})
     for ax, (metric, label) in zip(axes, [("fp_err_rms", ERR_LABEL), ("target_var", VAR_LABEL)]):
         for m in methods:
-            lags, v = _series(rows, m, law, metric)
-            if not len(lags):
+            if (metric, m) not in series:
                 continue
-            if metric == "fp_err_rms" and np.max(v) < _ERR_BOTTOM:
-                below.append(f"{method_style(m).label}: max {np.max(v):.0e}")
+            x, v = series[metric, m]
             if m.startswith("brace_n"):
                 n = int(m[len("brace_n"):])
                 lab, col, mk = f"BRACE n={n}", _brace_color(n), method_style("brace").marker
             else:
                 lab, col, mk = method_style(m)
-            ax.plot(np.maximum(lags, 0.5), np.maximum(v, FLOOR) if metric == "fp_err_rms" else v,
-                    marker=mk, color=col, label=lab)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel(f"mean lag (versions; {law} law; lag 0 drawn at 0.5)")
+            if metric == "fp_err_rms":
+                band_line(ax, band, x, v, color=col, ls=method_linestyle(m), marker=mk, label=lab)
+            else:
+                ax.plot(x, v, marker=mk, color=col, label=lab, ls=method_linestyle(m))
+        lag_axis(ax, lags)
+        ax.set_xlabel(f"mean lag (versions; {law} law)")
         ax.set_ylabel(label)
-        ax.set_yscale("log")
-    axes[0].set_ylim(bottom=_ERR_BOTTOM)
-    if below:
-        axes[0].text(0.03, 0.97, "below the axis at every lag:\n" + "\n".join(below),
-                     transform=axes[0].transAxes, ha="left", va="top", fontsize=6.5)
+    axes[1].set_yscale("log")
+    log_ticks(axes[1], "y")
     axes[0].set_title("bias: error of the exact fixed point")
     axes[1].set_title("variance of the target at the fixed point")
     h, lab = axes[0].get_legend_handles_labels()
@@ -99,24 +113,28 @@ def fig_brace_nlag(rows: list[dict], law: str = "geometric"):
 def fig_decoupled_routes(study: dict, noise: float = 0.3):
     """Per pi_old route vs lag (MDP means, one inference-noise level): actor-update bias vs
     the exact route, actor variance, critic-target bias vs exact; plus the threshold grid
-    (P[PPO clip fires] at lag 0 over clip x eps, per route). Returns a Figure."""
+    (P[PPO clip fires] at lag 0 over clip x eps, per route). log2(1 + lag) axes at the lags
+    run; a bias that is exactly 0 (the exact route itself; a route equal to it at some lag)
+    sits in the panel's "exact" strip. Returns a Figure."""
     rows = [r for r in study["rows"] if r["noise"] == noise]
-    fig, axes = plt.subplots(1, 4, figsize=(TWO_COLUMN, 2.3), layout="constrained")
-    panels = [("actor_bias_vs_exact", "actor bias vs exact route"),
-              ("actor_variance", "actor update variance"),
-              ("critic_bias_vs_exact", "critic-target bias vs exact")]
+    fig, axes = plt.subplots(1, 4, figsize=(TWO_COLUMN, 2.6), layout="constrained")
+    panels = [("actor_bias_vs_exact", "actor bias vs exact route", "bias (norm)"),
+              ("actor_variance", "actor update variance", "variance"),
+              ("critic_bias_vs_exact", "critic-target bias vs exact", "bias (RMS)")]
     lags = sorted({r["lag"] for r in rows})
-    for ax, (metric, title) in zip(axes[:3], panels):
+    for ax, (metric, title, ylabel) in zip(axes[:3], panels):
+        vals = {route: [np.mean([r[metric] for r in rows if r["route"] == route and r["lag"] == lag])
+                        for lag in lags] for route in _ROUTE_STYLE}
+        band = zero_band(ax, [v for vs in vals.values() for v in vs]) if "bias" in metric else None
         for route, (lab, col, mk) in _ROUTE_STYLE.items():
-            v = [np.mean([r[metric] for r in rows if r["route"] == route and r["lag"] == lag]) for lag in lags]
-            ax.plot(np.maximum(lags, 0.5), np.maximum(v, 1e-16) if "bias" in metric else v,
-                    marker=mk, color=col, label=lab)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("lag (lag 0 at 0.5)")
+            if band is not None:
+                band_line(ax, band, lags, vals[route], color=col, marker=mk, label=lab)
+            else:
+                ax.plot(lags, vals[route], marker=mk, color=col, label=lab)
+        lag_axis(ax, lags)
+        ax.set_xlabel("lag (updates)")
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
-        if "bias" in metric:
-            ax.set_yscale("log")
-            ax.set_ylim(bottom=1e-4)
     ax = axes[3]
     ax_ = study["threshold_axes"]
     names = list(_ROUTE_STYLE)
@@ -126,13 +144,16 @@ def fig_decoupled_routes(study: dict, noise: float = 0.3):
     x = np.arange(len(ax_["clips"]))
     for i, r in enumerate(names):
         ax.bar(x + (i - 1) * 0.27, vals[i], 0.27, color=_ROUTE_STYLE[r][1], label=_ROUTE_STYLE[r][0])
+        for xi, v in zip(x + (i - 1) * 0.27, vals[i]):
+            if v == 0:  # an empty bar is a measured 0, not a missing one
+                ax.text(xi, 0, "0", ha="center", va="bottom", fontsize=5.5, color="0.3")
     ax.set_xticks(x, [str(c) for c in ax_["clips"]])
     ax.set_xlabel(f"discrepancy mask c (eps = {eps[j]:g})")
+    ax.set_ylabel("probability")
     ax.set_title("P[PPO clip fires], lag 0")
-    axes[0].text(0.03, 0.03, "exact route: 0 (reference)", transform=axes[0].transAxes,
-                 fontsize=6.5, ha="left", va="bottom")
     h, lab = axes[0].get_legend_handles_labels()
     fig.legend(h, lab, loc="outside lower center", ncol=3, frameon=False)
+    fig.suptitle(f"pi_old routes, exact (mean over MDPs; inference noise {noise:g})")
     return fig
 
 
@@ -185,11 +206,11 @@ def fig_rac_bias_cut(rows: list[dict]):
     first = sorted((r for r in rows if (r["cell"]["clip"], r["cell"]["mass"], r["cell"]["lag"]) == combos[0]),
                    key=lambda r: _ratio(r["metrics"]["ratio"]))
     x = np.arange(len(first))
+    band = zero_band(ax, [r["metrics"][m] for r in first for m in ("drop", "rac")])
     for m in ("drop", "rac"):
         st = method_style(m)
-        ax.plot(x, [max(r["metrics"][m], FLOOR) for r in first], marker="o" if m == "drop" else "s",
+        ax.plot(x, band([r["metrics"][m] for r in first]), marker="o" if m == "drop" else "s",
                 ls="none", color=st.color, label=st.label)
-    ax.set_yscale("log")
     ax.set_xticks(x, [str(r["cell"]["mdp"]) for r in first], fontsize=6)
     ax.set_xlabel("MDP (sorted by drop / RAC)")
     ax.set_ylabel(r"$\|$expected update $- \nabla J(\pi_K)\|_2$")

@@ -6,7 +6,15 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from vccc_jax.plotting.style import EXACT_COLOR, figsize, legend_below, method_style, styled
+from vccc_jax.plotting.style import (
+    EXACT_COLOR,
+    figsize,
+    fmt_num,
+    legend_below,
+    log_ticks,
+    method_style,
+    styled,
+)
 
 
 def bandit_table(data: dict) -> str:
@@ -24,7 +32,7 @@ def fig_bandit(data: dict):
     """Left: Var_mu(Y_b) against the baseline b (Eq 4 target; parabola, minimum at b* of
     Eq 9) with the write-up's three baselines marked. Right: the targets Y_b(a) per action
     for each baseline; every corrected target has mean V^pi (dashed)."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=figsize("two", 2.6), layout="constrained")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=figsize("two", 3.4), layout="constrained")
     c = data["curve"]
     ax.plot(c["b"], c["var"], color=method_style("vccc").color, label=r"$\mathrm{Var}_\mu(Y_b)$")
     marks = [r for r in data["table"] if r["b"] is not None]
@@ -32,12 +40,11 @@ def fig_bandit(data: dict):
               method_style("vccc_bstar").color]
     for r, col, mk in zip(marks, colors, ("o", "s", "D")):
         ax.plot([r["b"]], [r["var"]], marker=mk, color=col, ls="none", ms=6,
-                label=f"{r['baseline']}: b={r['b']:.3g}, Var={r['var']:.3g}")
+                label=f"{r['baseline']}: b={fmt_num(r['b'])}, Var={fmt_num(r['var'])}")
     ax.set_xlabel("baseline b")
     ax.set_ylabel(r"$\mathrm{Var}_\mu(Y_b)$")
     ax.set_title(r"variance of $Y_b = H + (\rho-1)(H-b)$ vs b")
-    ax.set_ylim(top=max(c["var"]) * 1.55)
-    ax.legend(loc="upper center", fontsize=6.5)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6.5)
     x = np.arange(2)
     rows = data["table"]
     width = 0.8 / len(rows)
@@ -53,8 +60,7 @@ def fig_bandit(data: dict):
                       f"$a_1$: r={data['rewards'][1]:g}, $\\rho$={data['rho'][1]:.3g}"])
     bx.set_ylabel("target value Y(a)")
     bx.set_title(rf"targets per action ($\mu(a_1)$={mu[1]:g}, $\pi(a_1)$={pi[1]:g})")
-    bx.set_ylim(top=max(r["y_a1"] for r in rows) * 1.3)
-    bx.legend(fontsize=6.5, loc="upper left", ncol=2)
+    bx.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.suptitle("Sec 4.1 bandit: the baseline changes the variance, never the mean (exact)")
     return fig
 
@@ -123,6 +129,7 @@ def fig_vtrace_tradeoffs(data: dict, n: int | None = None):
                      if r["n"] == nn and r["rho_bar"] == 1.0 and r["c_bar"] == 1.0)
         ax.plot(*zip(*pts), marker="o", color=plt.cm.cividis(k / max(1, len(ns) - 1) * 0.85),
                 label=f"n = {nn}")
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1])
     ax.set_xlabel(r"$\lambda$")
     ax.set_ylabel("target variance (d-weighted)")
     ax.set_title(r"(b) variance vs $\lambda$ ($\bar\rho=\bar c=1$)")
@@ -137,11 +144,11 @@ def fig_vtrace_tradeoffs(data: dict, n: int | None = None):
                 color=plt.cm.viridis(k / max(1, len(cbs) - 1) * 0.9),
                 label=rf"$\bar c$ = {_fmt_bar(cb)}")
     ax.set_xscale("log")  # variance spans decades across c_bar
-    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    log_ticks(ax, "x")
     ax.set_xlabel("target variance (log)")
     ax.set_ylabel("RMS bias")
     ax.set_title(rf"(c) bias vs variance, n={n}, $\lambda$=1" "\n" r"(points: $\bar\rho$ = 0.5..$\infty$)")
-    ax.legend(fontsize=6.5)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
     # (d) contraction vs lambda per c_bar
     ax = axes[3]
     for k, cb in enumerate(cbs):
@@ -149,6 +156,7 @@ def fig_vtrace_tradeoffs(data: dict, n: int | None = None):
                      if r["n"] == n and r["rho_bar"] is None and r["c_bar"] == cb)
         ax.plot(*zip(*pts), marker="os^D"[k % 4], color=plt.cm.viridis(k / max(1, len(cbs) - 1) * 0.9),
                 label=rf"$\bar c$ = {_fmt_bar(cb)}")
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1])
     ax.set_xlabel(r"$\lambda$")
     ax.set_ylabel(r"contraction $\|M\|_\infty$")
     ax.set_title(rf"(d) contraction, n={n}, $\bar\rho=\infty$")

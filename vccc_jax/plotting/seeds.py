@@ -13,7 +13,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from vccc_jax.analysis.seeds import CI_LEVEL, aggregate, paired_difference, performance_profile
-from vccc_jax.plotting.style import figsize, legend_below, method_style, stats_note, styled
+from vccc_jax.plotting.style import (
+    dodge,
+    figsize,
+    lag_axis,
+    legend_below,
+    method_linestyle,
+    method_style,
+    stats_note,
+    styled,
+)
 
 LAG_METRICS = {
     "final_eval_return": "current-policy return",
@@ -28,6 +37,11 @@ LAG_METRICS = {
     "exact_grad_rel_bias_auc": "relative actor-gradient bias, mean over the run",
     "clip_at_max_lag": "clip rate at the largest lag",
 }
+LAG_YLABELS = {"final_eval_return": "episode return", "final_return": "episode return",
+               "gt_rel_err": "relative error", "exact_rel_err": "relative error",
+               "gt_rel_err_auc": "relative error", "exact_err_pi_auc": "RMSE",
+               "exact_err_pi@25": "RMSE", "exact_gap_auc": "RMSE",
+               "exact_grad_rel_bias_auc": "relative bias", "clip_at_max_lag": "fraction clipped"}
 LOWER_IS_BETTER = ("gt_rel_err", "gt_mse", "exact_rel_err", "exact_err", "gt_rel_err_auc",
                    "exact_err_pi_auc", "exact_err_pi@25", "exact_grad_rel_bias_auc")
 
@@ -46,14 +60,19 @@ def _per_seed(summary, key):
 
 
 def _lag_value(cfg, summary):
-    """The lag the run actually saw (mean over seeds), for the x axis."""
+    """The lag for the x axis: k for a ``fixed:k`` law (the realised mean is lower, since
+    early updates have fewer versions to lag behind), else the mean lag the run saw."""
+    law = str(cfg.get("lag", ""))
+    if law.startswith("fixed:"):
+        return float(law.split(":", 1)[1])
     return float(np.nanmean(_per_seed(summary, "lag_mean")))
 
 
 @styled
 def fig_lag_curves(rows: list[dict], metrics: Optional[Sequence[str]] = None, env: Optional[str] = None):
-    """Per critic, each metric against the mean lag: interquartile mean over seeds with
-    ``CI_LEVEL`` stratified-bootstrap CIs. Linear lag axis (lag 0 at the origin)."""
+    """Per critic, each metric against the lag: interquartile mean over seeds with
+    ``CI_LEVEL`` stratified-bootstrap CIs. The lag axis is log2(1 + lag) with ticks at the
+    lags run (``fixed:k`` at k); critics are dodged sideways so their bars do not overlap."""
     cells = _cells(rows)
     envs = sorted({c["env"] for c, _ in cells})
     env = env or envs[0]
@@ -63,6 +82,7 @@ def fig_lag_curves(rows: list[dict], metrics: Optional[Sequence[str]] = None, en
     fig, axes = plt.subplots(1, len(metrics), figsize=figsize("two", 2.6), squeeze=False,
                              layout="constrained")
     n = 0
+    lags_run = sorted({_lag_value(c, s) for c, s in cells})
     for ax, key in zip(axes[0], metrics):
         for k, critic in enumerate(critics):
             pts = []
@@ -78,13 +98,13 @@ def fig_lag_curves(rows: list[dict], metrics: Optional[Sequence[str]] = None, en
             pts.sort()
             lag, y, lo, hi = map(np.asarray, zip(*pts))
             label, color, marker = method_style(critic)
-            # small horizontal offsets keep overlapping bars apart
-            ax.errorbar(lag + (k - (len(critics) - 1) / 2) * 0.08, y, yerr=[lo, hi], color=color,
-                        marker=marker, capsize=2, label=label)
-        ax.set_xlabel("mean lag (updates)")
+            ax.errorbar(dodge(lag, k, len(critics), 0.06), y, yerr=[lo, hi], color=color,
+                        marker=marker, capsize=2, label=label, ls=method_linestyle(critic))
+        lag_axis(ax, lags_run)
+        ax.set_xlabel("policy lag (updates)")
         ax.set_title(LAG_METRICS.get(key, key))
-        if key in LOWER_IS_BETTER:
-            ax.set_ylabel("lower is better")
+        ax.set_ylabel(LAG_YLABELS.get(key, key) + (" (lower is better)" if key in LOWER_IS_BETTER
+                                                   else ""))
     legend_below(fig, axes[0][0], ncol=min(4, len(critics)))
     fig.suptitle(f"{env}: metrics vs policy lag — IQM over seeds, "
                  + stats_note(n, "seeds", f"bars: {int(CI_LEVEL * 100)}% stratified bootstrap CI"))
@@ -117,7 +137,7 @@ def fig_paired_differences(rows: list[dict], key: str = "final_eval_return",
             continue
         pts.sort(key=lambda t: t[0])
         label, color, marker = method_style(critic)
-        x = np.array([p[0] for p in pts]) + (k - (len(critics) - 1) / 2) * 0.1
+        x = dodge(np.array([p[0] for p in pts]), k, len(critics), 0.25)
         y = np.array([p[1]["point"] for p in pts])
         err = [[p[1]["point"] - p[1]["lo"] for p in pts], [p[1]["hi"] - p[1]["point"] for p in pts]]
         ax.errorbar(x, y, yerr=err, color=color, marker=marker, capsize=2, label=label)
@@ -125,7 +145,8 @@ def fig_paired_differences(rows: list[dict], key: str = "final_eval_return",
             ax.annotate(f"{d['frac_better']:.0%}", (xi, d["hi"]), textcoords="offset points",
                         xytext=(0, 2), ha="center", fontsize=6, color=color)
     ax.axhline(0, color="0.3", lw=0.8)
-    ax.set_xlabel("mean lag (updates)")
+    lag_axis(ax, sorted({_lag_value(c, s) for c, s in cells}))
+    ax.set_xlabel("policy lag (updates)")
     better = "improvement" if sign > 0 else "error reduction"
     ax.set_ylabel(f"{better} vs {method_style(control).label}")
     ax.set_title(f"{env}: paired {LAG_METRICS.get(key, key)}\n"

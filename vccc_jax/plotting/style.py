@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
+import numpy as np
 
 FLOOR = 1e-16  # errors at machine precision are drawn here on log axes
+ZERO_TOL = 1e-10  # an exact (float64) error below this is "machine zero": drawn in its own band
 
 # Okabe & Ito (2008) colour-blind-safe palette, and Paul Tol's "muted" scheme.
 OKABE_ITO = {"orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
@@ -133,6 +136,151 @@ def styled(fn):
 _styled = styled
 
 
+# Line style per method where curves can coincide (e.g. truncated, V-trace and Z-centred have
+# the same fixed point): a distinct dash keeps each visible when drawn on top of another.
+LINESTYLES = {"truncated": "-", "vtrace": (0, (5, 2)), "centered_baseline": (0, (1, 1.5)),
+              "masked": (0, (3, 1, 1, 1)), "naive_baseline": (0, (6, 1.5, 1, 1.5)),
+              "vccc_bstar": (0, (2, 1.5)), "brace": (0, (4, 1.5))}
+
+
+def method_linestyle(method: str):
+    """The line style of a method (solid unless :data:`LINESTYLES` gives one)."""
+    return LINESTYLES.get(ALIASES.get(method, method), "-")
+
+
+def fmt_num(x: float, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant digits; |x| < 1e-12 (float64 round-off) prints as 0."""
+    return "0" if abs(x) < 1e-12 else f"{x:.{digits}g}"
+
+
+# ------------------------------------------------------------------------ axes helpers
+
+
+def _log2p(x):
+    """sign(x) log2(1 + |x|): the lag axis scale (odd, so a dodge left of lag 0 survives)."""
+    x = np.asarray(x, np.float64)
+    return np.sign(x) * np.log2(1.0 + np.abs(x))
+
+
+def _exp2m(y):
+    y = np.asarray(y, np.float64)
+    return np.sign(y) * (np.exp2(np.abs(y)) - 1.0)
+
+
+def lag_axis(ax, lags, axis: str = "x", label: str | None = None) -> None:
+    """A lag axis on a log2(1 + lag) scale (lag 0 included, 0-8 not crowded next to 32+) with
+    ticks at exactly the lags that were run."""
+    lags = sorted({float(v) for v in lags})
+    set_scale = ax.set_xscale if axis == "x" else ax.set_yscale
+    set_scale("function", functions=(_log2p, _exp2m))
+    set_ticks = ax.set_xticks if axis == "x" else ax.set_yticks
+    set_ticks(lags, [f"{v:g}" for v in lags])
+    (ax.xaxis if axis == "x" else ax.yaxis).set_minor_locator(mticker.NullLocator())
+    pad = 0.08 * max(_log2p(lags[-1]) - _log2p(lags[0]), 1.0)
+    (ax.set_xlim if axis == "x" else ax.set_ylim)(_exp2m(_log2p(lags[0]) - pad),
+                                                   _exp2m(_log2p(lags[-1]) + pad))
+    if label:
+        (ax.set_xlabel if axis == "x" else ax.set_ylabel)(label)
+
+
+def dodge(x, k: int, n: int, step: float = 0.03):
+    """``x`` moved by (k - (n-1)/2) * ``step`` on the :func:`lag_axis` scale: the k-th of n
+    overlapping series sits a little apart from the others (same shift at every lag)."""
+    return _exp2m(_log2p(x) + (k - (n - 1) / 2) * step)
+
+
+def log_ticks(ax, axis: str = "y") -> None:
+    """Enough labelled ticks on a log axis, from its current limits (call it after plotting):
+    the sparsest of every decade, 1, 3 x 10^k, 1, 2, 5 x 10^k and 1, 1.5, 2, 3, 5, 7 x 10^k
+    that puts at least 3 ticks inside the limits (else plain round numbers); labels as plain
+    numbers (0.02, not 2 x 10^-2)."""
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    loc = mticker.MaxNLocator(nbins=4)
+    if lo > 0:
+        decades = 10.0 ** np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
+        for subs in ((1.0,), (1.0, 3.0), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)):
+            ticks = np.outer(decades, subs).ravel()
+            if np.sum((ticks >= lo) & (ticks <= hi)) >= 3:
+                loc = mticker.LogLocator(base=10, subs=subs, numticks=30)
+                break
+    a.set_major_locator(loc)
+    a.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    a.set_minor_locator(mticker.LogLocator(base=10, subs=np.arange(1, 10), numticks=30))
+    a.set_minor_formatter(mticker.NullFormatter())
+
+
+class ZeroBand(NamedTuple):
+    """A log axis whose bottom strip stands for exact zero (see :func:`zero_band`)."""
+
+    level: float   # where exact values are drawn
+    top: float     # values below ``ZERO_TOL`` map to ``level``; the strip ends here
+    tol: float
+
+    def __call__(self, y):
+        """Values to plot: y, or ``level`` where y < tol (NaN stays NaN)."""
+        y = np.asarray(y, np.float64)
+        return np.where(np.isfinite(y) & (y < self.tol), self.level, y)
+
+    def exact(self, y) -> np.ndarray:
+        y = np.asarray(y, np.float64)
+        return np.isfinite(y) & (y < self.tol)
+
+
+def zero_band(axes, values, tol: float = ZERO_TOL, label: str | None = None) -> ZeroBand:
+    """Log y axes (shared limits) whose bottom strip, shaded, with the tick ``label`` ("exact"),
+    holds every value below ``tol``, instead of a log axis running from 1e-14 up to the data
+    as if the error fell gradually. The strip is separated from the data by a gap and a
+    break mark; with no value below ``tol`` the axes are plain log axes. Returns the map to
+    apply to y values before plotting."""
+    axes = list(np.atleast_1d(axes).ravel())
+    v = np.asarray([x for x in np.ravel(values) if x is not None], np.float64)
+    v = v[np.isfinite(v)]
+    nz = v[v >= tol]
+    lo = nz.min() if nz.size else 1e-3
+    hi = nz.max() if nz.size else 1.0
+    top = lo / 10 ** 0.55
+    level = lo / 10 ** 0.9
+    bottom = lo / 10 ** 1.25
+    label = label or "exact"
+    if not (v < tol).any():  # nothing exact: a plain log axis (1-2-5 ticks when narrow)
+        for ax in axes:
+            ax.set_yscale("log")
+            if hi / lo < 100:
+                log_ticks(ax, "y")
+        return ZeroBand(lo, lo, tol)
+    ceil = max(hi * 10 ** 0.25, top * 10)
+    decades = range(int(np.floor(np.log10(top))), int(np.ceil(np.log10(ceil))) + 1)
+    ticks = [10.0 ** k for k in decades if 2 * top < 10.0 ** k <= ceil]
+    if len(ticks) > 7:  # keep at most ~6 decade labels
+        ticks = ticks[:: -(-len(ticks) // 6)]
+    if len(ticks) < 3:  # under two decades: label 1, 2, 5 x 10^k too
+        ticks = [m * 10.0 ** k for k in decades for m in (1, 2, 5) if 2 * top < m * 10.0 ** k <= ceil]
+    for ax in axes:
+        ax.set_yscale("log")
+        ax.set_ylim(bottom, ceil)
+        ax.axhspan(bottom, top, color="0.88", lw=0, zorder=0)
+        ax.set_yticks([level] + ticks, [label] + [f"{t:g}" for t in ticks])
+        ax.yaxis.set_minor_locator(mticker.NullLocator())
+        kw = dict(transform=ax.get_yaxis_transform(), color="0.3", clip_on=False, lw=0.8)
+        for dy in (0.93, 1.07):  # break mark "//" on the y axis between the strip and the data
+            ax.plot([-0.015, 0.015], [top * dy / 1.12, top * dy * 1.12], **kw)
+    return ZeroBand(level, top, tol)
+
+
+def band_line(ax, band: ZeroBand, x, y, *, color, ls="-", lw: float = 1.3, **marker_kw):
+    """Draw y(x) on a :func:`zero_band` axis: the line (style ``ls``) between nonzero values,
+    thin dotted segments into and along the "exact" strip (a fall to exact zero is a jump, not a
+    gradual change), markers (``marker_kw``: marker, label, ...) at every point."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    yy, exact = band(y), band.exact(y)
+    for i in range(len(x) - 1):
+        both = not (exact[i] or exact[i + 1])
+        ax.plot(x[i:i + 2], yy[i:i + 2], color=color, lw=lw if both else 0.7,
+                ls=ls if both else ":", zorder=2)
+    ax.plot(x, yy, color=color, ls="none", zorder=3, **marker_kw)
+
+
 def legend_below(fig, ax=None, ncol: int = 2, handles=None, labels=None) -> None:
     """Legend under the axes (never on top of the data); needs a constrained layout."""
     if handles is None:
@@ -160,6 +308,21 @@ def save(fig, path_stem: str | Path, *, close: bool = True, dpi: int = DPI,
     if close:
         plt.close(fig)
     return out
+
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (an editable install)
+
+
+def repo_path(path: str | Path) -> Path | str:
+    """``path`` made absolute from the repository root (so a notebook's ``results =
+    "results"`` means the same folder whatever the working directory); absolute paths are
+    kept, "" stays "". Outside a source checkout the working directory stands in."""
+    if not path:
+        return path
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return p
+    return (ROOT if (ROOT / "pyproject.toml").is_file() else Path.cwd()) / p
 
 
 def publish(fig, out_dir: str | Path, name: str, gallery: str | Path | None = None) -> list[Path]:

@@ -25,6 +25,7 @@ from typing import Iterable, Optional, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from vccc_jax.analysis.seeds import bootstrap_band
 from vccc_jax.plotting.style import (
     CLIPPED_FRONTIER,
     ERR_LABEL,
@@ -32,7 +33,14 @@ from vccc_jax.plotting.style import (
     VAR_LABEL,
     _style,
     _styled,
+    band_line,
+    dodge,
+    lag_axis,
+    log_ticks,
+    method_linestyle,
     save,
+    stats_note,
+    zero_band,
 )
 
 log = logging.getLogger(__name__)
@@ -131,7 +139,13 @@ def _floor(x):
 def fig_error_vs_lag(rows, family=None, clip=None, methods: Optional[Sequence[str]] = None,
                      laws: Optional[Sequence[str]] = None):
     """Fixed-point RMS error |V_fp - V^{pi_K}| (d^{pi_K}-weighted) vs mean lag, per method,
-    log y; one panel per staleness law. Clipped methods at threshold ``clip``."""
+    one panel per staleness law. Clipped methods at threshold ``clip``.
+
+    Log y with a separate "exact" strip at the bottom for errors below ``ZERO_TOL`` (float64
+    zero): an exact correction is drawn there, not on a log axis that runs down to 1e-14 as if
+    its error fell gradually; a line entering the strip is dotted. The lag axis is
+    log2(1 + lag) with ticks at the lags run. Methods whose errors coincide (truncated,
+    V-trace and Z-centred share a fixed point) get distinct dashes and are dodged sideways."""
     R = rows if isinstance(rows, Rows) else Rows(rows)
     family = family or R.families[0]
     clip = R.default_clip() if clip is None else clip
@@ -143,34 +157,48 @@ def fig_error_vs_lag(rows, family=None, clip=None, methods: Optional[Sequence[st
                              sharey=True, sharex=True, squeeze=False, layout="constrained")
     for ax in axes.flat[len(laws):]:
         ax.set_visible(False)
-    for ax, law in zip(axes.flat, laws):
+    series = {}
+    for law in laws:
         for m in methods:
             c = _clip_for(R, m, clip)
             pts = [(lag, R.get(family, m, law, lag, c)) for lag in R.lags]
-            pts = [(lag, _floor(x["fp_err_rms"])) for lag, x in pts if x is not None]
-            if not pts:
+            pts = [(lag, x["fp_err_rms"]) for lag, x in pts if x is not None]
+            if pts:
+                series[law, m] = (c, pts)
+    band = zero_band(axes.flat[: len(laws)], [y for _, pts in series.values() for _, y in pts])
+    drawn = [m for m in methods if any((law, m) in series for law in laws)]
+    for ax, law in zip(axes.flat, laws):
+        for k, m in enumerate(drawn):
+            if (law, m) not in series:
                 continue
+            c, pts = series[law, m]
+            lags, err = map(np.asarray, zip(*pts))
             label, color, marker = _style(m)
             if c is not None:
                 label = f"{label}, c={c:g}"
-            ax.plot(*zip(*pts), marker=marker, color=color, label=label, lw=1.4, ms=5)
-        ax.set_yscale("log")
+            band_line(ax, band, dodge(lags, k, len(drawn)), err, color=color,
+                      ls=method_linestyle(m), marker=marker, ms=4.5, label=label,
+                      mfc="white" if m in ("vtrace", "centered_baseline") else color)
+        lag_axis(ax, R.lags)
         ax.set_title(f"law: {law}")
     for ax in axes[-1]:
-        ax.set_xlabel("mean lag (versions)")
+        ax.set_xlabel("mean lag (versions; log2(1 + lag) axis)")
     for ax in axes[:, 0]:
         ax.set_ylabel(ERR_LABEL)
-    axes[0][0].set_ylim(bottom=FLOOR / 3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=min(3, len(labels)),
                frameon=False)
-    fig.suptitle(f"{family}: fixed-point error vs staleness\n(about 1e-14: exact in float64)")
+    fig.suptitle(f"{family}: fixed-point error vs staleness (exact, float64; "
+                 "mean over MDPs)\ngrey strip: exact to machine precision; markers dodged "
+                 "sideways where methods coincide")
     return fig
 
 
 @_styled
 def fig_clip_heatmap(rows, family=None, law=None, methods: Sequence[str] = ("truncated", "masked", "vtrace")):
-    """log10 fixed-point RMS error over (mean lag, clip c), one panel per clipped method."""
+    """log10 fixed-point RMS error over (mean lag, clip c), one panel per clipped method, all
+    panels on the same c columns; a (lag, c) cell a method was not run at is hatched and says
+    why (masking at c = 1 keeps only rho = 1 exactly: an empty mask, left out of the grid)."""
     R = rows if isinstance(rows, Rows) else Rows(rows)
     family = family or R.families[0]
     law = law or R.default_law()
@@ -178,22 +206,22 @@ def fig_clip_heatmap(rows, family=None, law=None, methods: Sequence[str] = ("tru
     if not methods:
         raise ValueError("no clipped methods in the rows")
     lags = R.lags
+    clips = sorted({c for m in methods for c in R.clips(m)})
     grids = []
     for m in methods:
-        clips = R.clips(m)
         g = np.full((len(lags), len(clips)), np.nan)
         for i, lag in enumerate(lags):
             for j, c in enumerate(clips):
                 x = R.get(family, m, law, lag, c)
                 if x is not None:
                     g[i, j] = np.log10(_floor(x["fp_err_rms"]))
-        grids.append((clips, g))
-    finite = np.concatenate([g[np.isfinite(g)] for _, g in grids])
+        grids.append(g)
+    finite = np.concatenate([g[np.isfinite(g)] for g in grids])
     vmin, vmax = (max(finite.min(), -6.0), finite.max()) if finite.size else (-6, 0)
-    fig, axes = plt.subplots(1, len(methods), figsize=(2.9 * len(methods) + 0.9, 3.4),
+    fig, axes = plt.subplots(1, len(methods), figsize=(2.9 * len(methods) + 0.9, 3.6),
                              squeeze=False, layout="constrained")
-    im = None
-    for ax, m, (clips, g) in zip(axes[0], methods, grids):
+    im, missing = None, set()
+    for ax, m, g in zip(axes[0], methods, grids):
         im = ax.imshow(g, origin="lower", aspect="auto", cmap="viridis", vmin=vmin, vmax=vmax)
         ax.set_xticks(range(len(clips)), [f"{c:g}" for c in clips])
         ax.set_yticks(range(len(lags)), [f"{lag:g}" for lag in lags])
@@ -206,10 +234,23 @@ def fig_clip_heatmap(rows, family=None, law=None, methods: Sequence[str] = ("tru
                     ax.text(j, i, f"{10 ** g[i, j]:.0e}" if g[i, j] < -2 else f"{10 ** g[i, j]:.2f}",
                             ha="center", va="center", fontsize=7.5,
                             color="white" if g[i, j] < (vmin + vmax) / 2 else "black")
+                    continue
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fc="0.93", ec="0.6",
+                                           hatch="////", lw=0))
+                why = "empty\nmask" if m == "masked" and clips[j] <= 1.0 else "not run"
+                missing.add(why.replace("\n", " "))
+                ax.text(j, i, why, ha="center", va="center", fontsize=6, color="0.25")
     axes[0][0].set_ylabel("mean lag (versions)")
     cb = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.95)
     cb.set_label("log10 fixed-point RMS error")
-    fig.suptitle(f"{family}, law {law}: fixed-point error of clipped targets")
+    note = ""
+    if "empty mask" in missing:
+        note = ("\nhatched: not in the grid (masking at c = 1 keeps only "
+                r"$\rho = 1$ exactly, an empty mask)")
+    elif missing:
+        note = "\nhatched: not in the grid"
+    fig.suptitle(f"{family}, law {law}: fixed-point error of clipped targets (exact, mean over "
+                 f"MDPs){note}")
     return fig
 
 
@@ -241,6 +282,7 @@ def fig_variance_vs_clip(rows, family=None, law=None, lag=None,
     ax.set_xticks(R.clips(), [f"{c:g}" for c in R.clips()])
     ax.minorticks_off()
     ax.set_yscale("log")
+    log_ticks(ax, "y")
     ax.set_xlabel("clip threshold c")
     ax.set_ylabel(VAR_LABEL)
     ax.set_title(f"{family}, law {law}, mean lag {lag:g}: target variance vs c")
@@ -254,8 +296,9 @@ def fig_bias_variance(rows, family=None, law=None, lag=None,
     """Bias-variance frontier across c: (target variance, fixed-point error) per clip c,
     connected in order of c, for truncation vs masking vs V-trace; unclipped references.
 
-    Log axes; fixed points that are exact (error < 1e-10, e.g. VCCC) sit on the bottom
-    edge, marked as such, so they do not stretch the axis down to 1e-14.
+    Log axes labelled at 1, 2, 5 x 10^k. The marker grows with c (the legend says which size
+    is which c) instead of text labels that collide where curves meet; fixed points that are
+    exact (error < ``ZERO_TOL``, e.g. VCCC) sit in the bottom "exact" strip.
     """
     R = rows if isinstance(rows, Rows) else Rows(rows)
     family = family or R.families[0]
@@ -273,39 +316,41 @@ def fig_bias_variance(rows, family=None, law=None, lag=None,
         x = R.get(family, m, law, lag, None)
         if x is not None:
             refs.append((m, x["target_var"], x["fp_err_rms"]))
-    ys = [p[2] for _, pts in curves for p in pts] + [r[2] for r in refs]
-    inexact = [y for y in ys if y is not None and y > 1e-10]
-    bottom = min(inexact) / 4 if inexact else 1e-3
-    clamp = lambda y: max(y, bottom)  # noqa: E731
+    all_c = sorted({c for _, pts in curves for c, _, _ in pts})
+    size = {c: 3.0 + 2.2 * i for i, c in enumerate(all_c)}  # marker size (points) per c
     fig, ax = plt.subplots(figsize=(6.6, 5.0), layout="constrained")
-    for m, pts in curves:
+    band = zero_band(ax, [p[2] for _, pts in curves for p in pts] + [r[2] for r in refs])
+    for k, (m, pts) in enumerate(curves):
         label, color, marker = _style(m)
         cs, xs, yv = zip(*pts)
-        ax.plot(xs, [clamp(y) for y in yv], marker=marker, color=color, label=label, lw=1.4)
-        for i in {0, len(pts) - 1}:
-            ax.annotate(f"c={cs[i]:g}", (xs[i], clamp(yv[i])), textcoords="offset points",
-                        xytext=(5, 4 if i else -10), fontsize=8, color=color)
+        ys = band(yv)
+        ax.plot(xs, ys, color=color, lw=1.3, ls=method_linestyle(m), label=label, zorder=2)
+        for c, x, y in zip(cs, xs, ys):
+            ax.plot([x], [y], marker=marker, color=color, ms=size[c], ls="none", zorder=3,
+                    mfc="white" if k else color)
     for m, x, y in refs:
         label, color, marker = _style(m)
-        ax.plot([x], [clamp(y)], marker=marker, color=color, ls="none", ms=8, label=label)
-    ax.axhline(bottom, color="0.5", lw=0.8, ls=":")
-    ax.text(0.01, 0.01, "bottom edge: exact (error < 1e-10)", transform=ax.transAxes,
-            fontsize=7.5, color="0.35", va="bottom")
+        ax.plot([x], [band([y])[0]], marker=marker, color=color, ls="none", ms=8,
+                label=label + " (no clip)", zorder=4, mec="black", mew=0.5)
+    for c in all_c:  # size key: one grey marker per c
+        ax.plot([], [], marker="o", color="0.45", ls="none", ms=size[c], label=f"c = {c:g}")
     ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=bottom / 1.5)
+    log_ticks(ax, "x")
     ax.set_xlabel(VAR_LABEL)
     ax.set_ylabel("bias: " + ERR_LABEL)
-    ax.set_title(f"{family}, law {law}, mean lag {lag:g}: bias vs variance across c")
-    _legend_below(fig, ax, ncol=3)
+    ax.set_title(f"{family}, law {law}, mean lag {lag:g}: bias vs variance across c\n"
+                 "(exact, mean over MDPs; marker size grows with c)")
+    _legend_below(fig, ax, ncol=4)
     return fig
 
 
 @_styled
 def fig_trained_curves(rows, family=None, law=None, lag=None, clip=None,
                        methods: Optional[Sequence[str]] = None):
-    """RMS error of the stochastically trained critic vs update (mean over MDPs), with each
-    method's fixed-point error as a dashed line of the same colour."""
+    """RMS error of the stochastically trained critic vs update: the mean over MDPs with its
+    95% percentile-bootstrap band over MDPs (from ``tc_curve_rms_seeds``; stores written
+    before it existed draw the mean only and say so), and each method's exact fixed-point
+    error as a dashed line of the same colour."""
     R = rows if isinstance(rows, Rows) else Rows(rows)
     family = family or R.families[0]
     law = law or R.default_law()
@@ -313,7 +358,7 @@ def fig_trained_curves(rows, family=None, law=None, lag=None, clip=None,
     clip = R.default_clip() if clip is None else clip
     methods = list(methods or R.methods)
     fig, ax = plt.subplots(figsize=(6.6, 5.4), layout="constrained")
-    drawn = 0
+    drawn, n_mdps, banded = 0, 0, True
     for m in methods:
         c = _clip_for(R, m, clip)
         x = R.get(family, m, law, lag, c)
@@ -322,7 +367,15 @@ def fig_trained_curves(rows, family=None, law=None, lag=None, clip=None,
         label, color, _ = _style(m)
         if c is not None:
             label = f"{label}, c={c:g}"
-        ax.plot(x["tc_updates"], x["tc_curve_rms"], color=color, label=label, lw=1.5)
+        ax.plot(x["tc_updates"], x["tc_curve_rms"], color=color, label=label, lw=1.5,
+                ls=method_linestyle(m))
+        per_mdp = x.get("tc_curve_rms_seeds")
+        if per_mdp is not None and len(per_mdp) > 1:
+            _, lo, hi = bootstrap_band(np.asarray(per_mdp, np.float64), axis=0)
+            ax.fill_between(x["tc_updates"], lo, hi, color=color, alpha=0.15, lw=0)
+            n_mdps = max(n_mdps, len(per_mdp))
+        else:
+            banded = False
         fp = x["fp_err_rms"]
         if fp > 1e-6:
             ax.axhline(fp, color=color, ls="--", lw=1.0, alpha=0.8)
@@ -333,8 +386,10 @@ def fig_trained_curves(rows, family=None, law=None, lag=None, clip=None,
     ax.set_yscale("log")
     ax.set_xlabel("critic update")
     ax.set_ylabel(r"RMS error to $V^{\pi_K}$ ($d^{\pi_K}$-weighted)")
-    ax.set_title(f"{family}, law {law}, mean lag {lag:g}: trained critic\n"
-                 "(dashed: that method's exact fixed point)")
+    bars = (stats_note(n_mdps, "MDPs", "line: mean, band: 95% percentile-bootstrap CI")
+            if banded and n_mdps else "mean over MDPs (no per-MDP curves in this store)")
+    ax.set_title(f"{family}, law {law}, mean lag {lag:g}: trained critic\n{bars}; "
+                 "dashed: that method's exact fixed point")
     _legend_below(fig, ax)
     return fig
 

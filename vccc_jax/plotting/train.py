@@ -5,16 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 
-from vccc_jax.analysis.stats import mean_ci
+from vccc_jax.analysis.seeds import bootstrap_band
 from vccc_jax.analysis.train import gt_curve, metric_column
 from vccc_jax.plotting.style import (
     ALIASES,
     FLOOR,
     METHODS,
+    dodge,
     figsize,
+    lag_axis,
     legend_below,
+    log_ticks,
     method_style,
     stats_note,
     styled,
@@ -31,34 +35,79 @@ ERROR_LABELS = {
 }
 
 
+# curves.png panels: (metrics.csv column, title, y label, log y, valid range)
+CURVE_PANELS = (
+    ("return", "behaviour-policy return", "episode return", False, (None, None)),
+    ("eval_return", "current-policy return", "episode return", False, (None, None)),
+    ("exact_err_pi", r"critic error to $V^{\pi_k}$ (exact)", r"RMSE to $V^{\pi_k}$", True,
+     (0.0, None)),
+    ("gt_mse", r"critic error to $V^{\pi_k}$ (Monte Carlo)", r"MSE vs MC $V^{\pi_k}$", True,
+     (0.0, None)),
+    ("ess", "effective sample size", "ESS fraction (0-1]", False, (0.0, 1.0)),
+)
+FEW_SEEDS = 5  # below this many seeds curves.png draws every seed instead of an interval
+
+
+@styled
 def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
-    """Return, critic error vs ground truth and ESS vs env steps; mean and 95% CI over seeds."""
+    """``curves.png`` of one ``vccc train`` run: returns, critic error against the ground
+    truth (exact when the env has exact values, Monte Carlo otherwise) and the ESS fraction
+    against env steps. With >= ``FEW_SEEDS`` seeds: the mean and its 95% percentile-bootstrap
+    interval over seeds (which stays inside the seeds' range, so an ESS band never passes
+    1); with fewer: the mean and every seed as a thin line. Returns ``path``."""
     steps = np.array(sorted({r["env_steps"] for r in rows}), np.float64)
-    panels = [("return", "behaviour return"), ("eval_return", "current-policy return"),
-              ("gt_mse", "critic MSE vs MC V^pi"), ("ess", "ESS fraction")]
-    panels = [(k, lab) for k, lab in panels if np.any(np.isfinite(metric_column(rows, k)))]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
-    for ax, (key, label) in zip(axes[0], panels):
+    panels = [p for p in CURVE_PANELS if np.any(np.isfinite(metric_column(rows, p[0])))]
+    ncols = 2 if len(panels) == 4 else min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.55 * ncols + 0.3, 2.1 * nrows + 0.7),
+                             squeeze=False, layout="constrained")
+    n_seeds = len({r["seed"] for r in rows})
+    color = method_style("vccc").color
+    for ax, (key, name, ylabel, log, (lo_ok, hi_ok)) in zip(axes.ravel(), panels):
         y = metric_column(rows, key)
         have = np.any(np.isfinite(y), axis=1)
-        mean, half = mean_ci(y[have], axis=1)
-        x = steps[have]
-        ax.plot(x, mean, lw=1.5, marker="o" if have.sum() < 40 else None, ms=3)
-        ax.fill_between(x, mean - half, mean + half, alpha=0.25)
-        ax.set_xlabel("env steps")
-        ax.set_title(label, fontsize=10)
-        if key == "gt_mse":
+        y, x = y[have], steps[have]
+        marker = "o" if have.sum() < 40 else None
+        if n_seeds >= FEW_SEEDS:
+            mean, lo, hi = bootstrap_band(y, axis=1)
+            lo, hi = np.clip(lo, lo_ok, hi_ok), np.clip(hi, lo_ok, hi_ok)
+            ax.fill_between(x, lo, hi, color=color, alpha=0.25, lw=0, label="95% bootstrap CI")
+        else:
+            mean = np.nanmean(y, axis=1)
+            for j in range(y.shape[1]):
+                ax.plot(x, y[:, j], color=color, lw=0.6, alpha=0.45,
+                        label="one seed" if j == 0 else None)
+        ax.plot(x, mean, color=color, lw=1.4, marker=marker, ms=2.5, label="mean over seeds")
+        if log:
             ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        elif hi_ok is not None:
+            ax.set_ylim(max(lo_ok, float(np.nanmin(y)) - 0.05), hi_ok + 0.02)
+        ax.set_xlabel("env steps")
+        ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))  # 200k, not 200000
+        ax.set_ylabel(ylabel)
+        ax.set_title(name)
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_visible(False)
+    bars = ("line: mean; band: 95% percentile-bootstrap CI of the mean" if n_seeds >= FEW_SEEDS
+            else "line: mean; thin lines: each seed (too few seeds for an interval)")
+    fig.suptitle((title + "\n" if title else "") + stats_note(n_seeds, "seeds", bars))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
+def _nominal_lag(cell: dict) -> float:
+    """k for a ``fixed:k`` lag law, else the mean lag the run saw."""
+    law = str(cell["config"].get("lag", ""))
+    if law.startswith("fixed:"):
+        return float(law.split(":", 1)[1])
+    return float(cell["summary"]["lag_mean"]["mean"])
+
+
+@styled
 def plot_lag_sweep(cells: list[dict], path: Path, title: str = "") -> Path:
-    """Return and critic error vs mean lag, one line per critic, one column per env.
+    """Return and critic error vs lag (mean and 95% t interval over seeds), one line per
+    critic, one column per env; log2(1 + lag) axis with ticks at the lags run.
 
     ``cells``: [{"config": TrainConfig dict, "summary": summarize(...)}].
     """
@@ -75,8 +124,7 @@ def plot_lag_sweep(cells: list[dict], path: Path, title: str = "") -> Path:
             ax = axes[i, j]
             for critic in critics:
                 pts = sorted(
-                    (c["summary"]["lag_mean"]["mean"], c["summary"][key]["mean"],
-                     c["summary"][key]["ci95"])
+                    (_nominal_lag(c), c["summary"][key]["mean"], c["summary"][key]["ci95"])
                     for c in cells
                     if c["config"]["env"] == env and c["config"]["critic"] == critic
                     and key in c["summary"]
@@ -84,10 +132,13 @@ def plot_lag_sweep(cells: list[dict], path: Path, title: str = "") -> Path:
                 if not pts:
                     continue
                 x, y, e = map(np.asarray, zip(*pts))
-                ax.errorbar(x, y, yerr=e, marker="o", ms=4, capsize=3, label=critic)
-            ax.set_xscale("symlog", linthresh=1.0)
-            ax.set_xlabel("mean lag (updates)")
+                st = method_style(critic)
+                ax.errorbar(dodge(x, critics.index(critic), len(critics), 0.06), y, yerr=e,
+                            marker=st.marker, color=st.color, ms=4, capsize=3, label=st.label)
+            lag_axis(ax, sorted({_nominal_lag(c) for c in cells}))
+            ax.set_xlabel("policy lag (updates)")
             ax.set_title(f"{env}: {label}", fontsize=9)
+            ax.set_ylabel("relative error" if key == "gt_rel_err" else "episode return")
             if key == "gt_rel_err":
                 ax.set_yscale("log")
             ax.grid(alpha=0.3)
@@ -109,15 +160,15 @@ def _panels(rows_by_label: dict) -> dict:
 
 
 def _band(ax, rows, key, color, **kw):
-    """Mean over seeds and its 95% t band at the ground-truth updates; returns n seeds."""
+    """Mean over seeds and its 95% percentile-bootstrap band at the ground-truth updates
+    (never below the smallest seed, so never below 0 on a log axis); returns n seeds."""
     upd, g = gt_curve(rows, key)
     if g.size == 0:
         return 0
-    mean, half = mean_ci(g, axis=1)
-    half = np.nan_to_num(half)
+    mean, lo, hi = bootstrap_band(g, axis=1)
     ax.plot(upd, np.maximum(mean, FLOOR), color=color, **kw)
     ax._vccc_means = getattr(ax, "_vccc_means", []) + [m for m in mean if np.isfinite(m) and m > 0]
-    ax.fill_between(upd, np.maximum(mean - half, FLOOR), np.maximum(mean + half, FLOOR), color=color,
+    ax.fill_between(upd, np.maximum(lo, FLOOR), np.maximum(hi, FLOOR), color=color,
                     alpha=0.18, lw=0)
     return int(np.isfinite(g).any(axis=0).sum())
 
@@ -125,7 +176,7 @@ def _band(ax, rows, key, color, **kw):
 @styled
 def error_curves(rows_by_label: dict, key: str = "exact_err_pi", *, gap: str = "pooled",
                  log: bool = True, ncols: int | None = None, title: str = ""):
-    """Critic error vs update, one line per critic (mean over seeds, 95% t band), one panel
+    """Critic error vs update, one line per critic (mean over seeds, 95% bootstrap band), one panel
     per lag, with the exact gap ``exact_gap`` = ||V^{pi_k} - V^{mix}|| (the distance between
     the current policy's value and the replay mixture's) as a dashed reference.
 
@@ -161,8 +212,9 @@ def error_curves(rows_by_label: dict, key: str = "exact_err_pi", *, gap: str = "
         if log:
             ax.set_yscale("log")
             means = getattr(ax, "_vccc_means", [])
-            if means:  # a t band reaching 0 runs off the bottom instead of to 1e-16
+            if means:  # a band reaching 1e-16 runs off the bottom
                 ax.set_ylim(bottom=0.5 * min(means), top=2.0 * max(means))
+            log_ticks(ax, "y")
         ax.set_title(str(panel) if panel != "" else "")
         ax.set_xlabel("update")
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -173,7 +225,7 @@ def error_curves(rows_by_label: dict, key: str = "exact_err_pi", *, gap: str = "
         ax.set_ylabel(ERROR_LABELS.get(key, key))
     gap_txt = "" if gap == "none" or key == "exact_gap" else "; dashed: exact gap $V^{\\pi_k}$ vs $V^{mix}$"
     fig.suptitle((title + "\n" if title else "")
-                 + stats_note(n, "seeds", "mean, 95% t band") + gap_txt)
+                 + stats_note(n, "seeds", "mean, 95% bootstrap band") + gap_txt)
     legend_below(fig, handles=list(handles.values()), labels=list(handles),
                  ncol=min(4 if ncols > 1 else 2, len(handles)))
     return fig

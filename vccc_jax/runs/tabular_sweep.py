@@ -288,7 +288,8 @@ def cell_metrics(out: dict, cell: dict, kl: np.ndarray) -> dict:
 
     Scalars: the mean over MDPs, plus ``<name>_seeds`` (per MDP) and ``<name>_se`` (standard
     error). ``fp_err_max_worst``: the largest fixed-point error over MDPs. By-version
-    diagnostics are stored by lag (index = lag) as MDP means. Curves are MDP means.
+    diagnostics are stored by lag (index = lag) as MDP means. Curves are MDP means, plus
+    ``tc_curve_rms_seeds`` (the RMS-error curve per MDP).
     """
     m: dict = {}
     n = next(iter(out.values())).shape[0]
@@ -311,6 +312,7 @@ def cell_metrics(out: dict, cell: dict, kl: np.ndarray) -> dict:
     if "tc_curve_rms" in out:
         m["tc_updates"] = CriticSGDConfig(**cell["train"]).checkpoints().tolist()
         m["tc_curve_rms"] = out["tc_curve_rms"].mean(0).tolist()
+        m["tc_curve_rms_seeds"] = out["tc_curve_rms"].tolist()  # [MDP][checkpoint]: intervals
         m["tc_curve_var"] = out["tc_curve_var"].mean(0).tolist()
     return m
 
