@@ -4,7 +4,8 @@ experiments."""
 
 import csv
 import json
-import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +42,10 @@ def _final_state(out, cfg):
 
 
 def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys):
+    """One real run; resuming after kills and Ctrl-C is tests/train/test_checkpoint_kill.py."""
     out = tmp_path / "run"
-    assert cmd.main(TINY + ["--out", str(out), "--checkpoint-every", "2", "--devices", "1"]) == 0
+    argv = TINY + ["--out", str(out), "--checkpoint-every", "2", "--devices", "1"]
+    assert cmd.main(argv) == 0
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert len(rows) == 4 * 2  # 4 updates x 2 seeds, one row each
     assert {r["seed"] for r in rows} == {"0", "1"}
@@ -55,36 +58,38 @@ def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys):
     assert saved["config"] == TrainConfig(
         lag="fixed:1", critic="vccc", actor="centered-mask", num_seeds=2, total_timesteps=512,
         num_steps=32, num_minibatches=2, update_epochs=1, hidden=16).to_dict()
-    assert "packages" in saved["provenance"] and "git" in saved["provenance"]
+    prov = saved["provenance"]
+    assert "packages" in prov and "git" in prov and prov["hostname"]
+    assert prov["command"].startswith("vccc train --env CartPole-v1") and "--out" in prov["command"]
+    assert prov["devices"]["count"] >= 1 and prov["devices"]["platform"] == "cpu"
+    assert prov["packages"]["orbax-checkpoint"] is not None
     assert (out / "curves.png").stat().st_size > 1000
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["final_return"]["per_seed"]) == 2
     assert "final_return" in capsys.readouterr().out
     # orbax checkpoints at updates 2 and 4; the meta carries config, update and metric rows
-    assert sorted(p.name for p in (out / "checkpoint").iterdir() if p.name.isdigit()) == ["2", "4"]
+    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == ["2", "4"]
     cfg = TrainConfig.from_dict(saved["config"])
     ref_leaves, meta = _final_state(out, cfg)
     assert meta["update"] == 4 and len(meta["rows"]) == 8 and meta["config"] == saved["config"]
     ref_table = (out / "metrics.csv").read_text()
-    # a run killed after the checkpoint at 2: --resume redoes updates 2, 3 bit for bit
-    shutil.rmtree(out / "checkpoint" / "4")
-    (out / "metrics.csv").write_text("stale\n")
-    assert cmd.main(TINY + ["--out", str(out), "--checkpoint-every", "2", "--resume",
-                            "--no-figure"]) == 0
+    # the same command again: refused before any compute, the run untouched
+    assert cmd.main(argv) == 2
+    assert "already holds this run (checkpoint at update 4)" in capsys.readouterr().err
+    # --resume from the final checkpoint: nothing left to do, table and state kept; the
+    # provenance keeps the first command and adds the resume
+    assert cmd.main(argv + ["--resume", "--no-figure"]) == 0
     assert (out / "metrics.csv").read_text() == ref_table
-    got_leaves, meta = _final_state(out, cfg)
-    assert meta["update"] == 4 and len(got_leaves) == len(ref_leaves)
+    got_leaves, _ = _final_state(out, cfg)
     for a, b in zip(got_leaves, ref_leaves):
         np.testing.assert_array_equal(a, b)
-    # --resume from the final checkpoint: nothing left to do, the table is kept
-    assert cmd.main(TINY + ["--out", str(out), "--resume", "--no-figure"]) == 0
-    assert (out / "metrics.csv").read_text() == ref_table
-    # a different config may not resume from this checkpoint: one line, exit 2
-    assert cmd.main(TINY[:-1] + ["--hidden", "8", "--out", str(out), "--resume"]) == 2
-    assert "different config" in capsys.readouterr().err
-    # more devices than there are, or envs the data axis does not divide: one line, exit 2
-    assert cmd.main(TINY + ["--out", str(out), "--devices", "64"]) == 2
+    again = json.loads((out / "config.json").read_text())
+    assert again["provenance"] == prov and len(again["resumed"]) == 1
+    assert again["resumed"][0]["update"] == 4 and "--resume" in again["resumed"][0]["command"]
+    # more devices than there are: one line, exit 2 (checked once JAX is loaded)
+    assert cmd.main(TINY + ["--out", str(tmp_path / "new"), "--devices", "64"]) == 2
     assert "64 devices" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # refused input creates nothing
 
 
 def test_config_file_with_flag_override(tmp_path):
@@ -161,3 +166,108 @@ def test_shipped_train_experiments_build_valid_configs():
     for f in files:
         exp = schema.load(f)
         assert exp.kind == "train" and len(run_lib.cells(exp)) == 2 * 4 * 4
+
+
+# ------------------------------------------------------- bad input: one line, exit 2, no run
+
+
+def _fields(argv):
+    """The resolved TrainConfig fields of ``vccc train ARGV`` (pure Python)."""
+    return run_lib.resolve_fields(cmd._overrides(cmd.build_parser().parse_args(argv)))
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """Run directories and configs the bad-input table refers to by name."""
+    d = tmp_path_factory.mktemp("bad")
+    (d / "file").write_text("x")
+    same = _fields(TINY)
+    for name, cfg, ckpt in (("other", _fields(TINY[:-1] + ["--hidden", "8"]), True),
+                            ("same", same, True), ("same_nockpt", same, False)):
+        (d / name).mkdir()
+        (d / name / "config.json").write_text(json.dumps({"config": cfg}))
+        if ckpt:
+            (d / name / "checkpoint" / "2").mkdir(parents=True)
+    (d / "foreign").mkdir()
+    (d / "foreign" / "notes.txt").write_text("mine")
+    tables = {"badtype": {"name": "t", "kind": "train", "base": {"num_envs": "four"}},
+              "unknown": {"name": "t", "kind": "train", "base": {"critc": "vccc"}},
+              "grid": {"name": "g", "kind": "train", "base": {},
+                       "grid": {"lag": ["fixed:0", "fixed:1"]}}}
+    for name, table in tables.items():
+        (d / f"{name}.toml").write_text(schema.dumps(table))
+    (d / "sweep.toml").write_text((ROOT / "experiments" / "tabular_default.toml").read_text())
+    return d
+
+
+# (argv with {d} = the fixture directory, what the one line must say, checked before JAX)
+BAD = [
+    (["--hidden", "five"], "argument --hidden: invalid int value", True),
+    (["--seeds", "many"], "argument --num-seeds/--seeds: invalid int value: 'many'", True),
+    (["--bogus"], "unrecognized arguments", True),
+    (["--config", "{d}/badtype.toml"], "base.num_envs must be an integer, got 'four'", True),
+    (["--config", "{d}/unknown.toml"], "unknown key base.critc (did you mean critic", True),
+    (["--config", "{d}/missing.toml"], "not found", True),
+    (["--config", "{d}/sweep.toml"], "runs with `vccc sweep`", True),
+    (["--config", "{d}/grid.toml", "--resume"], "a grid resumes by itself", True),
+    (["--env", "token:V=32,H=8,X=1"], "unknown key 'X' (known: V (num_tokens), H (horizon)", True),
+    (["--env", "token:V=32,H=eight"], "H='eight' is not an int", True),
+    (["--env", "token:V=32,H=8", "--gamma", "0.99"], "conflicts with gamma=1 of env", True),
+    (["--env", "tabular:S=4,gamma=0.5", "--gamma", "0.9"], "conflicts with gamma=0.5", True),
+    (["--env", "tabular:S=4,colour=red"], "unknown key 'colour'", True),
+    (["--env", "tabular:S=1"], "need S >= 2", True),
+    (["--out", "{d}/file/run"], "cannot be created: {d}/file is not a directory", True),
+    (["--out", "{d}/file"], "is a file, not a directory", True),
+    (["--out", "{d}/other"], "holds a run of another config (hidden 8 -> 16)", True),
+    (["--out", "{d}/other", "--resume"], "holds a run of another config", True),
+    (["--out", "{d}/same"], "already holds this run (checkpoint at update 2): --resume", True),
+    (["--out", "{d}/same_nockpt", "--resume"], "no checkpoint yet", True),
+    (["--out", "{d}/nothing_here", "--resume"], "holds no run to resume", True),
+    (["--out", "{d}/foreign"], "is not a vccc train run (notes.txt)", True),
+    (["--out", "{d}/foreign", "--overwrite"], "is not a vccc train run", True),
+    (["--resume"], "--resume needs --out", True),
+    (["--out", "{d}/same", "--resume", "--overwrite"], "not allowed with argument", True),
+    (["--checkpoint-every", "5x"], "a wall time like 90s", True),
+    (["--keep", "0"], "--keep must be >= 1", True),
+    (["--lag", "geometic:8"], "lag", False),
+    (["--critic", "nope"], "unknown critic 'nope'", False),
+    (["--env", "Nope-v0"], "not a gymnax environment", False),
+    (["--num-minibatches", "3"], "must divide", False),
+]
+
+
+def _argv(case, d):
+    return [a.replace("{d}", str(d)) for a in case]
+
+
+@pytest.mark.parametrize("argv, says, pure", BAD, ids=[" ".join(c[0])[:40] for c in BAD])
+def test_bad_input_is_one_line_and_exit_2(argv, says, pure, dirs, capsys):
+    before = sorted(str(p) for p in dirs.rglob("*"))
+    rc = cmd.main(TINY + _argv(argv, dirs))
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vccc train: "), err
+    assert says.replace("{d}", str(dirs)) in lines[0], lines[0]
+    assert sorted(str(p) for p in dirs.rglob("*")) == before  # nothing created or deleted
+
+
+def test_bad_input_is_reported_before_jax_is_imported(dirs):
+    cases = [TINY + _argv(a, dirs) for a, _, pure in BAD if pure]
+    code = ("import json, sys\nfrom vccc_jax.commands import train\n"
+            "rcs = [train.main(a) for a in json.loads(sys.argv[1])]\n"
+            "print(json.dumps([rcs, sorted(m for m in ('jax', 'scipy', 'gymnax', 'orbax') "
+            "if m in sys.modules)]))")
+    got = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    rcs, loaded = json.loads(got.stdout.strip().splitlines()[-1])
+    assert rcs == [2] * len(cases) and loaded == [], got.stderr
+
+
+def test_gamma_is_taken_from_the_env_spec():
+    assert run_lib.resolve_fields({"env": "token:V=32,H=8"})["gamma"] == 1.0
+    assert run_lib.resolve_fields({"env": "token:V=32,H=8,gamma=0.9"})["gamma"] == 0.9
+    assert run_lib.resolve_fields({"env": "tabular:S=4", "gamma": 0.9})["gamma"] == 0.9
+    assert run_lib.resolve_fields({"env": "CartPole-v1"})["gamma"] == TrainConfig().gamma
+    fields = {"env": "CartPole-v1", "hidden": 8, "clip": 3}
+    assert run_lib.config_from(fields).to_dict() == run_lib.resolve_fields(fields)

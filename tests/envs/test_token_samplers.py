@@ -82,33 +82,45 @@ def test_spec_parse_and_validation():
         sm.SamplerSpec.parse("beam=4")
 
 
+@jax.jit
+def _support_and_topk_numbers(z_pi, z_mu):
+    """Everything the next test checks, in one compiled function (one compile, not an eager
+    op-by-op trace of every call)."""
+    log_pi = jax.nn.log_softmax(z_pi)
+    topk_mu = sm.sampler_log_probs(z_mu, sm.SamplerSpec(top_k=8))
+    out = dict(ref=policies.support_violation(jnp.exp(log_pi), jnp.exp(topk_mu)),
+               mass=sm.support_violation_mass(log_pi, topk_mu))
+    log_mu = jax.nn.log_softmax(z_mu)
+    for kind, clip in (("truncate", 1.0), ("mask", 2.0)):
+        out[kind] = [sm.z_topk(log_pi, log_mu, 32, kind=kind, clip=clip),
+                     sm.z_topk(log_pi, log_mu, 4, kind=kind, clip=clip),
+                     sm.z_topk(log_pi, topk_mu, 8, kind=kind, clip=clip)]  # covers support
+    out["m4"] = sm.m_w_topk(z_pi, log_mu, 4, kind="truncate", clip=1.0)
+    out["m32"] = sm.m_w_topk(z_pi, log_mu, 32, kind="truncate", clip=1.0)
+    w = jnp.minimum(jnp.exp(log_pi - log_mu), 1.0)
+    mu_w = jnp.exp(log_mu) * w
+    out["formula"] = mu_w - jnp.sum(mu_w, -1, keepdims=True) * jnp.exp(log_pi)  # mu w - Z pi
+    return out
+
+
 def test_support_violation_mass_and_topk_z_mw():
     """Support mass equals the tabular reference; Z(s) and m_w(s) from a top-k summary plus
     the tail model are exact when k covers mu's support and carry a measurable error else."""
     keys = jax.random.split(jax.random.PRNGKey(3), 2)
     z_pi = 1.5 * jax.random.normal(keys[0], (5, 32))
     z_mu = z_pi + jax.random.normal(keys[1], z_pi.shape)
-    log_pi = jax.nn.log_softmax(z_pi)
-    topk_mu = sm.sampler_log_probs(z_mu, sm.SamplerSpec(top_k=8))
-    ref = policies.support_violation(jnp.exp(log_pi), jnp.exp(topk_mu))
-    np.testing.assert_allclose(sm.support_violation_mass(log_pi, topk_mu), ref, atol=1e-6)
-    assert float(ref.min()) > 0.01
-    log_mu = jax.nn.log_softmax(z_mu)
-    for kind, clip in (("truncate", 1.0), ("mask", 2.0)):
-        approx, exact = sm.z_topk(log_pi, log_mu, 32, kind=kind, clip=clip)
-        np.testing.assert_allclose(approx, exact, atol=1e-5)
-        approx, exact = sm.z_topk(log_pi, log_mu, 4, kind=kind, clip=clip)
-        assert 1e-3 < np.abs(approx - exact).max() < 0.5
-        approx, exact = sm.z_topk(log_pi, topk_mu, 8, kind=kind, clip=clip)  # covers support
-        np.testing.assert_allclose(approx, exact, atol=1e-5)
-    m_approx, m_exact = sm.m_w_topk(z_pi, log_mu, 4, kind="truncate", clip=1.0)
-    w = jnp.minimum(jnp.exp(log_pi - log_mu), 1.0)
-    mu_w = jnp.exp(log_mu) * w
-    formula = mu_w - jnp.sum(mu_w, -1, keepdims=True) * jnp.exp(log_pi)  # mu w - Z pi
-    np.testing.assert_allclose(m_exact, formula, atol=1e-5)
+    n = jax.tree_util.tree_map(np.asarray, _support_and_topk_numbers(z_pi, z_mu))
+    np.testing.assert_allclose(n["mass"], n["ref"], atol=1e-6)
+    assert float(n["ref"].min()) > 0.01
+    for kind in ("truncate", "mask"):
+        (approx32, exact32), (approx4, exact4), (approx8, exact8) = n[kind]
+        np.testing.assert_allclose(approx32, exact32, atol=1e-5)
+        assert 1e-3 < np.abs(approx4 - exact4).max() < 0.5
+        np.testing.assert_allclose(approx8, exact8, atol=1e-5)
+    m_approx, m_exact = n["m4"]
+    np.testing.assert_allclose(m_exact, n["formula"], atol=1e-5)
     assert np.abs(m_approx - m_exact).max() > 1e-3
-    m_full, _ = sm.m_w_topk(z_pi, log_mu, 32, kind="truncate", clip=1.0)
-    np.testing.assert_allclose(m_full, m_exact, atol=1e-5)
+    np.testing.assert_allclose(n["m32"][0], m_exact, atol=1e-5)
 
 
 @jax.jit
@@ -152,3 +164,98 @@ def test_support_aware_tail_under_top_k_and_top_p_samplers():
     assert np.all(np.asarray(ns) == 256)
     np.testing.assert_allclose(z_new, z_old, rtol=1e-6)
     np.testing.assert_array_equal(m_new, m_old)
+
+
+# ------------------------------------------------------------------ ties (issue 19 §3)
+
+
+def np_sampler_probs(z, *, temperature=1.0, top_k=0, top_p=1.0, ties="position"):
+    """Independent NumPy reference of the sampling distribution of one logits row (float64):
+    rank tokens by (logit descending, token id ascending); top-k keeps the first k ranks
+    ("position") or every token whose logit is >= the k-th one ("value"); top-p then walks
+    the ranking of the survivors, keeping a token while the mass strictly before it is < p
+    (always the first), and "value" adds every survivor tied with the last one kept."""
+    z = np.asarray(z, np.float64) / temperature
+    ids = np.arange(len(z))
+
+    def ranking(x):
+        return sorted(ids[np.isfinite(x)], key=lambda i: (-x[i], i))
+
+    if 0 < top_k < len(z):
+        order = ranking(z)
+        kept = order[:top_k] if ties == "position" else [i for i in ids if z[i] >= z[order[top_k - 1]]]
+        z = np.where(np.isin(ids, kept), z, -np.inf)
+    if top_p < 1.0:
+        order = ranking(z)
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        kept, before = [], 0.0
+        for i in order:
+            if kept and not before < top_p:
+                break
+            kept.append(i)
+            before += p[i]
+        if ties == "value":
+            kept = [i for i in ids if z[i] >= z[kept[-1]]]
+        z = np.where(np.isin(ids, kept), z, -np.inf)
+    p = np.where(np.isfinite(z), np.exp(z - z.max()), 0.0)
+    return p / p.sum()
+
+
+# Unnormalised probabilities (4, 1, 1, ...) as logits: ties at the k-th position and at the
+# top-p crossing. Row 0 is the issue's example (1/2, 1/4, 1/8, 1/8) in a shuffled order.
+TIED_ROWS = np.log(np.asarray([
+    [1 / 8, 1 / 2, 1 / 8, 1 / 4, 1e-3, 1e-3, 1e-3],
+    [1.0, 4.0, 1.0, 2.0, 1.0, 0.5, 0.5],
+    [2.0, 1.0, 2.0, 2.0, 1.0, 1.0, 3.0],
+    [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+]))
+TIE_SPECS = [dict(top_k=k, top_p=p) for k in (0, 2, 3) for p in (1.0, 0.6, 0.8) if k or p < 1.0]
+TIE_SPECS += [dict(top_k=3, top_p=0.8, temperature=0.7)]  # the filters act on tempered logits
+
+
+@pytest.mark.parametrize("ties", sm.TIE_RULES)
+def test_top_k_top_p_ties_match_numpy_reference(ties):
+    """Both tie rules against the NumPy reference, rows with tied logits at the k-th position
+    and at the top-p crossing (float32 and float64); the position cut keeps exactly k tokens
+    and the issue's example keeps 3 tokens (position) or 4 (value)."""
+    for spec_kw in TIE_SPECS:
+        spec = sm.SamplerSpec(ties=ties, **spec_kw)
+        ref = np.stack([np_sampler_probs(z, ties=ties, **spec_kw) for z in TIED_ROWS])
+        for dtype in (jnp.float32, jnp.float64):
+            with jax.enable_x64(dtype == jnp.float64):
+                got = np.exp(np.asarray(sm.sampler_log_probs(jnp.asarray(TIED_ROWS, dtype), spec), np.float64))
+            np.testing.assert_array_equal(got > 0, ref > 0, err_msg=f"{spec}")
+            np.testing.assert_allclose(got, ref, atol=1e-6, err_msg=f"{spec}")
+        if ties == "position" and spec.top_p == 1.0:
+            assert np.all((ref > 0).sum(-1) == spec.top_k)
+    p8 = lambda t: (np.exp(np.asarray(sm.sampler_log_probs(  # noqa: E731
+        jnp.asarray(TIED_ROWS[:1]), sm.SamplerSpec(top_p=0.8, ties=t)))) > 0).sum()
+    assert (p8("position"), p8("value")) == (3, 4)
+    # the plain top-k path of the rollout and the tabular top-k policy cut by position too
+    from vccc_jax.envs import rollout as rollout_lib
+    row = jnp.asarray(TIED_ROWS, jnp.float32)
+    np.testing.assert_array_equal(rollout_lib.sampling_log_probs(row, 1.0, 2),
+                                  sm.sampler_log_probs(row, sm.SamplerSpec(top_k=2)))
+    np.testing.assert_allclose(np.exp(sm.sampler_log_probs(row, sm.SamplerSpec(top_k=3))),
+                               policies.top_k_policy(jax.nn.softmax(row), 3), atol=1e-6)
+    with pytest.raises(ValueError, match="ties"):
+        sm.SamplerSpec(ties="random")
+    assert sm.SamplerSpec.parse("k=3,ties=value") == sm.SamplerSpec(top_k=3, ties="value")
+
+
+def test_tied_samplers_draw_from_what_they_log():
+    """Row 1 of ``TIED_ROWS`` under top-k 3 + top-p 0.8: the position cut samples {1, 3}
+    only, the value rule {0, 1, 2, 3, 4}; each draw's logged log-prob is the log of the
+    reference distribution, and the draws fit it (chi-square, level ALPHA, N draws)."""
+    z = jnp.broadcast_to(jnp.asarray(TIED_ROWS[1], jnp.float32), (N, 7))
+    for ties, support in (("position", {1, 3}), ("value", {0, 1, 2, 3, 4})):
+        spec = sm.SamplerSpec(top_k=3, top_p=0.8, ties=ties)
+        ref = np_sampler_probs(TIED_ROWS[1], top_k=3, top_p=0.8, ties=ties)
+        assert set(np.flatnonzero(ref)) == support
+        out = sm.sample(jax.random.PRNGKey(7), z, spec)
+        tok = np.asarray(out.token)
+        np.testing.assert_allclose(out.log_prob, np.log(ref[tok]), atol=1e-6)
+        counts = np.bincount(tok, minlength=7)
+        assert set(np.flatnonzero(counts)) == support
+        assert stats.chisquare(counts[ref > 0], N * ref[ref > 0]).pvalue > ALPHA

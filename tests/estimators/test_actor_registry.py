@@ -23,7 +23,7 @@ PARAMS = {"truncate": {"clip": 1.5}, "mask": {"clip": 1.5}, "icepop": {"alpha": 
 # ------------------------------------------------------------------ NumPy references
 
 def np_rho(lr):
-    x = np.where(np.isnan(lr), -np.inf, np.minimum(lr, 20.0))
+    x = np.where(np.isnan(lr) | (lr == np.inf), -np.inf, np.minimum(lr, 20.0))  # invalid: 0
     return np.exp(x)
 
 
@@ -38,7 +38,8 @@ def np_segments(starts):
 
 def np_sequence_stats(lr, mask, starts):
     """(log R, |y|) per token: sums over the masked tokens of each token's sequence."""
-    clean = np.where(mask, np.where(np.isnan(lr), -np.inf, np.minimum(lr, 20.0)), 0.0)
+    invalid = np.isnan(lr) | (lr == np.inf)
+    clean = np.where(mask, np.where(invalid, -np.inf, np.minimum(lr, 20.0)), 0.0)
     log_r, n = np.zeros_like(lr), np.zeros_like(lr)
     for b, segs in enumerate(np_segments(starts)):
         for lo, hi in segs:

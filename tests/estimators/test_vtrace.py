@@ -209,32 +209,49 @@ def test_traced_lambda_matches_static_lambda(method):
     with jax.enable_x64(True):
         p = make_inputs(SHAPE, seed=15, trunc_p=0.2)
         args = as_jax(p, jnp.float64)
-        traced = jax.jit(lambda lam: METHODS[method](**args, lambda_=lam))
-        for lam in (1.0, 0.6):
+
+        @jax.jit  # one compile: traced lambdas (arguments) and static ones (Python floats)
+        def paths(lams):
+            traced = [METHODS[method](**args, lambda_=lam) for lam in lams]
+            static = [METHODS[method](**args, lambda_=lam) for lam in (1.0, 0.6)]
+            d_lam = jax.grad(lambda lam: jnp.sum(METHODS[method](
+                **args, lambda_=lam, stop_target_gradients=False).vs))(lams[1])
+            return traced, static, d_lam
+
+        traced, static, d_lam = paths(jnp.asarray([1.0, 0.6], jnp.float64))
+        for i, lam in enumerate((1.0, 0.6)):
             vs, pg = reference(**p, lambda_=lam)
-            for out in (traced(jnp.float64(lam)), METHODS[method](**args, lambda_=lam)):
+            for out in (traced[i], static[i]):
                 np.testing.assert_allclose(out.vs, vs, rtol=1e-10, atol=1e-10)
                 np.testing.assert_allclose(out.pg_advantages, pg, rtol=1e-10, atol=1e-10)
-        d_lam = jax.grad(lambda lam: jnp.sum(METHODS[method](
-            **args, lambda_=lam, stop_target_gradients=False).vs))(0.6)
         eps = 1e-6
         fd = (np.sum(reference(**p, lambda_=0.6 + eps)[0]) - np.sum(reference(**p, lambda_=0.6 - eps)[0])) / (2 * eps)
         np.testing.assert_allclose(d_lam, fd, rtol=1e-6)
 
 
-def test_targets_carry_no_gradient_by_default():
-    inputs = as_jax(make_inputs(SHAPE, seed=5, trunc_p=0.2), jnp.float32)
+@jax.jit
+def _default_and_enabled_gradients(inputs):
+    """Per method: d/d(values, log_rhos) of sum(vs^2) + sum(pg^2) with the default
+    stop_target_gradients, and d/dvalues of sum(vs) with it off (one compile for all)."""
 
     def objective(values, log_rhos, method):
         out = METHODS[method](**{**inputs, "values": values, "log_rhos": log_rhos})
         return jnp.sum(out.vs ** 2) + jnp.sum(out.pg_advantages ** 2)
 
+    out = {}
     for method in METHODS:
         g_v, g_lr = jax.grad(objective, argnums=(0, 1))(inputs["values"], inputs["log_rhos"], method)
-        assert not np.any(np.asarray(g_v)) and not np.any(np.asarray(g_lr))
         g_on = jax.grad(lambda v: jnp.sum(METHODS[method](
             **{**inputs, "values": v}, stop_target_gradients=False).vs))(inputs["values"])
-        assert np.any(np.asarray(g_on))
+        out[method] = (g_v, g_lr, g_on)
+    return out
+
+
+def test_targets_carry_no_gradient_by_default():
+    inputs = as_jax(make_inputs(SHAPE, seed=5, trunc_p=0.2), jnp.float32)
+    for method, (g_v, g_lr, g_on) in _default_and_enabled_gradients(inputs).items():
+        assert not np.any(np.asarray(g_v)) and not np.any(np.asarray(g_lr)), method
+        assert np.any(np.asarray(g_on)), method
 
 
 # ----------------------------------------------------------------------------- identities
@@ -331,9 +348,11 @@ def test_scan_and_associative_agree_float32_long_horizon():
     shape = (4096, 8)
     p = make_inputs(shape, seed=11, terminal_p=0.002, trunc_p=0.002, gamma=0.99)
     args = as_jax(p, jnp.float32)
-    for kw in (dict(), dict(lambda_=0.95, clip_rho_threshold=2.0, clip_pg_rho_threshold=None)):
-        a = vt.vtrace(**args, **kw)
-        for b in (vt.vtrace_associative(**args, **kw), _inplace(**args, **kw)):
+    kws = (dict(), dict(lambda_=0.95, clip_rho_threshold=2.0, clip_pg_rho_threshold=None))
+    # one compile for the six (method, kw) pairs
+    outs = jax.jit(lambda a: [[m(**a, **kw) for m in METHODS.values()] for kw in kws])(args)
+    for a, *others in outs:
+        for b in others:
             np.testing.assert_allclose(a.vs, b.vs, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(a.pg_advantages, b.pg_advantages, rtol=1e-5, atol=1e-5)
         assert np.abs(np.asarray(a.vs) - np.asarray(args["values"])).max() > 1.0  # long traces

@@ -30,11 +30,11 @@ def _table(rows: list[tuple], head: tuple) -> str:
 
 
 def envs() -> str:
-    from vccc_jax.envs import make, token_env
+    from vccc_jax.envs import make, spec, token_env
 
     rows = [(name, "gymnax", "--env " + name) for name in make.ENVS]
     rows.append(("tabular:KEY=V,...", "tabular MDP, exact V^pi",
-                 "keys: " + " ".join(make._TABULAR_KEYS) + "; family: "
+                 "keys: " + " ".join(spec.TABULAR_KEYS) + "; family: "
                  + "|".join(make.TABULAR_FAMILIES) + " (e.g. tabular:family=garnet,S=8)"))
     doc = " ".join((token_env.make_token_env.__doc__ or "").split()).replace("``", "")
     rows.append(("token:KEY=V,...", "LLM-shaped token env, exact V^pi",

@@ -13,7 +13,7 @@ Scaling (issue 10; README "Scaling")::
     vccc train ... --devices 8                      # (8, 1) mesh: envs over "data"
     vccc train ... --mesh data=4,model=2 --fsdp     # params sharded over "data" too
     vccc train ... --coordinator HOST:PORT --num-processes 2 --process-id I   # each host
-    vccc train ... --checkpoint-every 50 --resume   # orbax; continues bit for bit
+    vccc train ... --out DIR --resume            # continue DIR's run bit for bit (orbax)
 
 Critic-free (issue 14; GRPO = law ``full``, PS-PPO = a cutoff law; token envs only)::
 
@@ -30,18 +30,37 @@ arrays at import time, which would start a single-process backend.
 Outputs: ``runs.train`` (metrics.csv, summary.json, config.json, checkpoint/) plus
 curves.png per run, and for a grid a markdown table and ``<out>/<name>.png``; written by
 process 0 only.
+
+Run directories (``runs.run_dir``): the default ``results/train/<env>_..._<hash>_<time>`` is
+new for every run; an ``--out`` holding another run is refused unless ``--resume`` (the same
+config, from its latest checkpoint) or ``--overwrite``. Checkpoints are written every
+``--checkpoint-every`` (default 5 minutes of wall time), at the end, and on Ctrl-C: the
+first Ctrl-C finishes the jitted chunk in flight, checkpoints it and exits 130 with one line;
+a second one stops at once (the last checkpoint is kept). Bad input is reported (one line,
+exit 2) before JAX is imported where it can be checked in pure Python.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
 from vccc_jax.commands.common import Parser, guarded
 from vccc_jax.commands.shards import add_shard_flags, scaled
+
+EXIT_INTERRUPTED = 130
+# Wall time between periodic checkpoints by default: a SIGKILL (OOM, preemption) loses at
+# most this much (plus the chunk in flight). A save of the default CartPole run (976
+# updates) costs 0.2 CPU-s with 1 seed and 0.4 with 8 (state + every metric row so far):
+# < 0.2% of a run at this interval. Ctrl-C and the end always checkpoint.
+DEFAULT_CHECKPOINT_EVERY = "5m"
 
 ALIASES = {"num_seeds": ["--seeds"], "total_timesteps": ["--timesteps"]}
 SUMMARY_KEYS = ("final_return", "final_eval_return", "gt_mse", "gt_rel_err", "lag_mean", "ess")
@@ -66,6 +85,17 @@ def _parse_value(text: str, default: Any):
         except ValueError:
             return float(text)
     return text
+
+
+def _field_type(default: Any):
+    """The argparse ``type`` of a TrainConfig field (its name shows in argparse's errors:
+    ``invalid int value: 'many'``)."""
+
+    def parse(text: str):
+        return _parse_value(text, default)
+
+    parse.__name__ = "number" if default is None else type(default).__name__
+    return parse
 
 
 def add_distributed_flags(p) -> None:
@@ -111,17 +141,40 @@ def mesh_of(args):
     return mesh_from_flags(args.mesh, args.devices)
 
 
-def build_parser() -> Parser:
+def parse_every(text: str) -> tuple[int, float]:
+    """``--checkpoint-every``: ``N`` updates, or wall time ``Ns`` / ``Nm`` / ``Nh``
+    -> (updates, seconds); ``0``: only the final state (and Ctrl-C)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*", str(text))
+    if m is None or (m.group(2) is None and "." in m.group(1)):
+        raise argparse.ArgumentTypeError(
+            f"expected N (updates) or a wall time like 90s, 5m, 1h; got {text!r}")
+    value, unit = float(m.group(1)), m.group(2)
+    if unit is None:
+        return int(value), 0.0
+    return 0, value * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[unit]
+
+
+def _description(names: bool) -> str:
+    if not names:  # the name lists import JAX: only --help shows them
+        return ("Asynchronous actor-critic with simulated policy lag on gymnax, tabular: and "
+                "token: envs (--help lists envs and critics).")
     from vccc_jax.envs.make import ENVS
-    from vccc_jax.train.config import TrainConfig
     from vccc_jax.train.targets import CRITIC_TARGETS
+
+    return ("Asynchronous actor-critic with simulated policy lag on gymnax "
+            f"({', '.join(ENVS)}), tabular:KEY=VALUE,... and token:KEY=VALUE,... envs. "
+            f"Critics: {', '.join(sorted(CRITIC_TARGETS))}. Actors: "
+            "[centered-]ratio|truncate|mask. Lags: fixed:L uniform:M geometric:m zipf:a "
+            "trace:l0,l1,...")
+
+
+def build_parser(names: bool = False) -> Parser:
+    """The parser (pure Python unless ``names``: the env and critic lists of --help)."""
+    from vccc_jax.train.config import TrainConfig
 
     p = Parser(
         prog="vccc train",
-        description="Asynchronous actor-critic with simulated policy lag on gymnax "
-        f"({', '.join(ENVS)}). Critics: {', '.join(sorted(CRITIC_TARGETS))}. Actors: "
-        "[centered-]ratio|truncate|mask. Lags: fixed:L uniform:M geometric:m zipf:a "
-        "trace:l0,l1,...",
+        description=_description(names),
         epilog="--critic-free LAW: GRPO (full) / PS-PPO (uniform | mixture:EPS | geometric:Q) "
         "on a token env instead; it takes --env token:..., --lag, --seed, --num-seeds, "
         "--actor-lr, --ppo-epsilon, --hidden and the critic-free flags above.",
@@ -130,15 +183,22 @@ def build_parser() -> Parser:
                    "\"critic_free\": the GRPO / PS-PPO grid, as vccc sweep)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override the --config file: base.FIELD=V, grid.FIELD=a,b (repeatable)")
-    p.add_argument("--out", help="output directory (default results/train/...; critic-free: "
-                   "results, the store vccc sweep uses)")
+    p.add_argument("--out", help="run directory (default: a new results/train/<env>_..._<config "
+                   "hash>_<time>; critic-free: results, the store vccc sweep uses)")
     p.add_argument("--chunk", type=int, default=0,
-                   help="updates per jitted call (progress granularity; 0: about 20 calls)")
-    p.add_argument("--checkpoint-every", type=int, default=0,
-                   help="also checkpoint every N updates (0: only the final state)")
+                   help="updates per jitted call (progress and Ctrl-C granularity; 0: about "
+                   "20 calls)")
+    p.add_argument("--checkpoint-every", type=parse_every, default=DEFAULT_CHECKPOINT_EVERY,
+                   metavar="N|TIME", help="checkpoint every N updates or every TIME of wall "
+                   "time (90s, 5m, 1h; default %(default)s), always at the end and on Ctrl-C; "
+                   "0: only then")
     p.add_argument("--keep", type=int, default=3, help="checkpoints kept (the latest N)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the latest checkpoint in <out>/checkpoint (bit for bit)")
+    runs = p.add_mutually_exclusive_group()
+    runs.add_argument("--resume", action="store_true",
+                      help="continue the run in --out from its latest checkpoint (same config; "
+                      "bit for bit)")
+    runs.add_argument("--overwrite", action="store_true",
+                      help="replace the run in --out (its files only) with this one")
     p.add_argument("--fsdp", action="store_true",
                    help="shard params and optimiser states over \"data\" (largest dimension)")
     add_mesh_flags(p)
@@ -150,8 +210,7 @@ def build_parser() -> Parser:
     for f in dataclasses.fields(TrainConfig):
         default = f.default
         flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
-        p.add_argument(*flags, dest=f.name, default=None,
-                       type=lambda t, d=default: _parse_value(t, d),
+        p.add_argument(*flags, dest=f.name, default=None, type=_field_type(default),
                        help=f"(default {default})")
     return p
 
@@ -187,58 +246,159 @@ def _overrides(args) -> dict:
 
 @guarded("train")
 def main(argv: Optional[list[str]] = None):
-    from vccc_jax.runs import critic_free as runs_cf
-    from vccc_jax.runs import schema
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _prepare(argv)
+    except KeyboardInterrupt:  # during imports or compile, before any run started
+        _exit_interrupted("interrupted before training started; nothing was written")
+
+
+def _prepare(argv: list[str]):
+    """Check the input (pure Python first, then what needs JAX) and return the run."""
+    from vccc_jax.runs import run_dir, schema
     from vccc_jax.runs import train as runs_train
 
-    start_distributed(argv)  # first: before gymnax is imported (build_parser imports it)
-    parser = build_parser()
+    parser = build_parser(names="-h" in argv or "--help" in argv)
     args = parser.parse_args(argv)
-    if args.keep < 1 or args.checkpoint_every < 0:
-        raise ValueError("--keep must be >= 1 and --checkpoint-every >= 0")
+    if args.keep < 1:
+        raise ValueError(f"--keep must be >= 1, got {args.keep}")
     if args.overrides and not args.config:
         raise ValueError("--set overrides a --config file; without one, use the flags")
     exp = schema.load(args.config, args.overrides) if args.config else None
     given = {k: v for k, v in _given(parser, argv, args).items()
              if k not in ("config", "out", "quiet", "no_figure", "overrides")}
+    from vccc_jax.runs import critic_free as runs_cf
+
     if runs_cf.wants(given, exp):
         cf_exp = runs_cf.from_flags(given, exp)
         cf_out = Path(args.out or "results")
-        return scaled("train", main, argv, args, lambda: _critic_free(cf_exp, cf_out, args),
-                      cf_out)
-    args.mesh_obj = mesh_of(args)
-    overrides = _overrides(args)
+        run = scaled("train", main, argv, args,
+                     lambda: _interruptible(_critic_free, cf_exp, cf_out, args), cf_out)
+        start_distributed(argv)
+        return run
     if exp is not None and exp.kind != "train":
         raise ValueError(f"{exp.path}: kind {exp.kind!r} runs with `vccc sweep`, not `vccc train`")
+    overrides = _overrides(args)
+    command = ["vccc", "train", *argv]
     if exp is not None and exp.grid.axes:
-        cells = runs_train.cells(exp, overrides)
+        if args.resume or args.overwrite:
+            raise ValueError("--resume / --overwrite are for one run; a grid resumes by itself "
+                             "(rerun the same command)")
+        fields = runs_train.cell_fields(exp, overrides)  # pure Python checks first
+        start_distributed(argv)  # before gymnax is imported
+        args.mesh_obj = mesh_of(args)
+        cells = [runs_train.config_from(f, exp.path) for f in fields]
         from vccc_jax.train.sharding import check_divisible
 
         for c in cells:
             check_divisible(c.num_envs, args.mesh_obj)
         out = Path(args.out) if args.out else Path("results") / "train"
-        return scaled("train", main, argv, args, lambda: _grid(exp.name, cells, out, args), out)
+        return scaled("train", main, argv, args,
+                      lambda: _interruptible(_grid, exp.name, cells, out, args), out)
     if args.shard is not None or args.shards is not None:
         raise ValueError("--shard/--shards split a grid (--config with a [grid]) into shards; "
                          "one run scales with --devices / --coordinator")
-    fields = dict(exp.base if exp is not None else {}, **overrides)
-    cfg = runs_train.config_from(fields, exp.path if exp is not None else "train flags")
-    out = Path(args.out) if args.out else runs_train.default_out(cfg)
+    where = exp.path if exp is not None else "train flags"
+    fields = runs_train.resolve_fields(dict(exp.base if exp is not None else {}, **overrides),
+                                       where)
+    if args.out is not None:
+        out = Path(args.out)
+        mode = run_dir.prepare(out, fields, resume=args.resume, overwrite=args.overwrite)
+    elif args.resume or args.overwrite:
+        raise ValueError(f"--{'resume' if args.resume else 'overwrite'} needs --out DIR (the "
+                         "run directory)")
+    else:
+        out, mode = None, run_dir.START
+    # -- JAX from here on (the checks above are pure Python) ---------------------------
+    start_distributed(argv)  # before gymnax is imported
+    args.mesh_obj = mesh_of(args)
+    cfg = runs_train.config_from(fields, where)
     from vccc_jax.train.sharding import check_divisible
 
     check_divisible(cfg.num_envs, args.mesh_obj)
-    if args.resume:
-        runs_train.check_resume(cfg, out)
-    return lambda: _single(cfg, out, args)
+    # every check passed: only now touch the file system
+    if out is None:
+        out = run_dir.new_dir(Path("results") / "train", run_dir.run_name(fields))
+    else:
+        run_dir.make(out, mode)
+    return lambda: _interruptible(_single, cfg, out, args, mode == run_dir.RESUME, command)
 
 
-def _single(cfg, out: Path, args) -> int:
+def _exit_interrupted(message: str):
+    """One line on stderr and exit 130 at once, as ``vccc sweep`` does: interpreter teardown
+    after an interrupted XLA compile can crash. Pending saves were waited for already."""
+    print(f"\nvccc train: {message}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _interruptible(body, *args_) -> int:
+    """Run ``body``; a Ctrl-C that reaches here (outside the training loop, or a second one
+    in a grid) prints one line and exits 130. ``runs.train.run_one`` has waited for its
+    pending saves by then (its ``finally``)."""
+    try:
+        return body(*args_)
+    except KeyboardInterrupt as e:
+        _exit_interrupted(str(e) or "interrupted")
+
+
+class _SigintStops:
+    """While active, the first Ctrl-C (SIGINT) only sets a flag (``stop()`` is True); the
+    training loop checkpoints after the chunk in flight and stops. A second Ctrl-C raises
+    KeyboardInterrupt at once. Outside the main thread it does nothing (signals go there)."""
+
+    def __init__(self):
+        self.requested, self.old = False, None
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+
+
+def _stopped(out: Path, e) -> str:
+    from vccc_jax.runs.run_dir import checkpoint_steps
+
+    steps = checkpoint_steps(out)
+    if hasattr(e, "update"):
+        return (f"interrupted after update {e.update} of {e.total}; checkpoint saved: "
+                f"`--out {out} --resume` continues it")
+    if not steps:
+        return f"interrupted; {out} holds no checkpoint yet (--overwrite starts it over)"
+    return (f"interrupted; last checkpoint at update {steps[-1]} in {out}: `--out {out} "
+            "--resume` continues it")
+
+
+def _single(cfg, out: Path, args, resume: bool, command: list) -> int:
     from vccc_jax.runs.distributed import is_main
-    from vccc_jax.runs.train import run_one
+    from vccc_jax.runs.train import Interrupted, run_one
 
-    summary, rows = run_one(cfg, out, chunk=args.chunk, checkpoint_every=args.checkpoint_every,
-                            resume=args.resume, quiet=args.quiet, mesh=args.mesh_obj,
-                            fsdp=args.fsdp, keep=args.keep)
+    every, seconds = args.checkpoint_every
+    try:
+        with _SigintStops() as stop:
+            summary, rows = run_one(cfg, out, chunk=args.chunk, checkpoint_every=every,
+                                    checkpoint_seconds=seconds, resume=resume,
+                                    quiet=args.quiet, mesh=args.mesh_obj, fsdp=args.fsdp,
+                                    keep=args.keep, stop=stop, command=command)
+    except Interrupted as e:  # the graceful path: no compile was cut short, exit normally
+        if is_main():
+            print(f"vccc train: {_stopped(out, e)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:  # second Ctrl-C: at once (run_one waited for its saves)
+        _exit_interrupted(_stopped(out, e))
     if not is_main():
         return 0
     if not args.no_figure:
@@ -265,8 +425,23 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
             print(f"[{i + 1}/{n}] {cfg.env} lag={cfg.lag} critic={cfg.critic} "
                   f"actor={cfg.actor} seeds={cfg.num_seeds}", file=sys.stderr, flush=True)
 
-    results = run_grid(name, cells, out, quiet=args.quiet or not is_main(), on_cell=on_cell,
-                       mesh=args.mesh_obj, fsdp=args.fsdp)
+    from vccc_jax.runs.train import Interrupted
+
+    try:
+        with _SigintStops() as stop:
+            results = run_grid(name, cells, out, quiet=args.quiet or not is_main(),
+                               on_cell=on_cell, mesh=args.mesh_obj, fsdp=args.fsdp,
+                               checkpoint_every=args.checkpoint_every[0],
+                               checkpoint_seconds=args.checkpoint_every[1], stop=stop)
+    except KeyboardInterrupt as e:
+        msg = (f"interrupted after update {e.update} of {e.total} of a cell (checkpointed)"
+               if isinstance(e, Interrupted) else "interrupted")
+        msg += "; finished cells are in the store: rerun the same command to resume"
+        if not isinstance(e, Interrupted):
+            _exit_interrupted(msg)
+        if is_main():
+            print(f"vccc train: {msg}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not is_main():
         return 0
     print(format_grid_table(results))

@@ -1,12 +1,18 @@
-"""``vccc verify [--quick] [--json PATH] [--seed N] [--num-mdps N] [--samples N]``.
+"""``vccc verify [--quick] [--json PATH] [--seed N] [--num-mdps N] [--samples N]``
+``vccc verify --target MODULE:FUNCTION [--kind K] [--claim C] [--kw NAME=VALUE ...] [...]``.
 
-Runs :func:`vccc_jax.verify.run_verify`, prints the table, optionally writes the rows as
-JSON; exit status 0 when every row passes, 1 when one fails, 2 on bad input.
+Without ``--target``: runs :func:`vccc_jax.verify.run_verify` (every identity of the
+library), prints the table. With ``--target``: checks the user's estimator with
+:func:`vccc_jax.verify.check` on the same problems (``FILE.py:FUNCTION`` works too), prints
+its rows and diagnosis. Optionally writes the rows as JSON; exit status 0 when every row
+passes, 1 when one fails, 2 on bad input (including a target that cannot be imported, does
+not jit, returns the wrong shape or is not pure: one line naming the problem).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 import time
@@ -31,7 +37,28 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-mdps", type=int, default=None)
     parser.add_argument("--samples", type=int, default=None, help="transitions per state (sampled half)")
+    parser.add_argument("--target", metavar="MODULE:FUNCTION",
+                        help="check your own estimator (a one-step or sequence critic target, an actor weight or loss)")
+    parser.add_argument("--kind", choices=("one-step", "sequence", "actor"),
+                        help="the target's contract (default: inferred from its signature)")
+    parser.add_argument("--claim", default=None, metavar="vpi|clipped:c|masked:c|any",
+                        help="what the target claims (default vpi: E[Y|s] = T_pi Vbar, fixed point V^pi)")
+    parser.add_argument("--kw", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra keyword argument for the target (repeatable; VALUE is a Python literal)")
     return parser
+
+
+def _kwargs(items) -> dict:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise _BadInput(f"--kw must be NAME=VALUE, got {item!r}")
+        try:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[name] = value
+    return out
 
 
 def _fail(message: str) -> int:
@@ -54,6 +81,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as e:
             return _fail(f"cannot write --json {args.json}: {e.strerror}")
 
+    if args.target is None and (args.kind or args.claim or args.kw):
+        return _fail("--kind, --claim and --kw need --target")
+    if args.target is not None:
+        try:
+            kwargs = _kwargs(args.kw)
+        except _BadInput as e:
+            return _fail(str(e))
+        return _check_target(args, kwargs)
+
     import jax
 
     from vccc_jax import verify
@@ -71,6 +107,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             json.dump(verify.json_report(rows, seconds=elapsed, quick=args.quick, seed=args.seed), f, indent=2,
                       allow_nan=False)
     return 0 if all(r.passed for r in rows) else 1
+
+
+def _check_target(args, kwargs: dict) -> int:
+    import jax
+
+    from vccc_jax import verify
+
+    t0 = time.perf_counter()
+    try:
+        report = verify.check(args.target, kind=args.kind, claim=args.claim or "vpi", kwargs=kwargs,
+                              quick=args.quick, key=jax.random.PRNGKey(args.seed), num_mdps=args.num_mdps,
+                              num_samples=args.samples)
+    except ValueError as e:  # TargetError included: one line naming the problem
+        return _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    elapsed = time.perf_counter() - t0
+    print(report.format())
+    print(f"total time {elapsed:.1f}s (compile included)")
+    if args.json:
+        doc = dict(report.as_dict(), seconds=elapsed, quick=args.quick, seed=args.seed, all_passed=report.passed)
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2, allow_nan=False)
+    return 0 if report.passed else 1
 
 
 if __name__ == "__main__":

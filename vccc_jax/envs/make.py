@@ -17,47 +17,12 @@ from __future__ import annotations
 import gymnax
 import jax
 
+from vccc_jax.envs.spec import TABULAR_FAMILIES, env_kind, parse_tabular_spec  # noqa: F401
 from vccc_jax.envs.tabular_env import make_tabular_env
 from vccc_jax.envs.token_env import make_token_env
 from vccc_jax.tabular import mdp as mdp_lib
 
 ENVS = ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar", "DeepSea-bsuite", "UmbrellaChain-bsuite")
-TABULAR_FAMILIES = ("random", "garnet", "chain")
-_TABULAR_KEYS = {"family": str, "S": int, "A": int, "gamma": float, "seed": int, "obs": str,
-                 "d": int, "branching": int, "concentration": float, "slip": float, "H": int,
-                 "reset_prob": float, "max_steps": int}
-
-
-def env_kind(name: str) -> str:
-    """"tabular", "token" or "gymnax" for an env name."""
-    head = name.partition(":")[0]
-    return head if head in ("tabular", "token") else "gymnax"
-
-
-def parse_tabular_spec(name: str) -> dict:
-    """``"tabular:family=garnet,S=8"`` -> {"family": "garnet", "S": 8, ...} (typed, defaults
-    filled). Raises a one-line ValueError naming the bad item."""
-    text = name[len("tabular:"):] if name.startswith("tabular:") else name
-    out: dict = {"family": "garnet", "S": 8, "A": 3, "gamma": 0.9, "seed": 0, "obs": "onehot",
-                 "branching": 2, "concentration": 1.0, "slip": 0.1}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        key, eq, value = (x.strip() for x in item.partition("="))
-        if not eq:
-            raise ValueError(f"env {name!r}: item {item!r} must look like key=value")
-        if key not in _TABULAR_KEYS:
-            raise ValueError(f"env {name!r}: unknown key {key!r} (known: {', '.join(_TABULAR_KEYS)})")
-        try:
-            out[key] = _TABULAR_KEYS[key](value)
-        except ValueError:
-            raise ValueError(f"env {name!r}: {key}={value!r} is not a {_TABULAR_KEYS[key].__name__}") from None
-    if out["family"] not in TABULAR_FAMILIES:
-        raise ValueError(f"env {name!r}: family must be one of {TABULAR_FAMILIES}, got {out['family']!r}")
-    if out["S"] < 2 or out["A"] < 2:
-        raise ValueError(f"env {name!r}: need S >= 2 and A >= 2, got S={out['S']} A={out['A']}")
-    if not 0 <= out["gamma"] < 1:
-        raise ValueError(f"env {name!r}: gamma must lie in [0, 1), got {out['gamma']}")
-    out.setdefault("reset_prob", 1.0 - out["gamma"])
-    return out
 
 
 def make_tabular(name: str):
@@ -93,7 +58,8 @@ def make_env(name: str):
         try:
             return make_token_env(name)
         except (ValueError, TypeError) as err:
-            raise ValueError(f"env {name!r}: {err}") from None
+            msg = str(err)  # envs.spec errors already name the env
+            raise ValueError(msg if msg.startswith("env ") else f"env {name!r}: {msg}") from None
     base, _, arg = name.partition(":")
     kwargs = {}
     if arg:

@@ -51,19 +51,12 @@ def sampling_log_probs(logits: Array, temperature: float = 1.0, top_k: int = 0) 
     """log mu(.|s) of the distribution actions are actually drawn from.
 
     mu ∝ exp(logits / temperature) restricted to the ``top_k`` largest logits (``top_k=0``
-    or >= A: no restriction; ties at the k-th value are all kept). Actions outside the
-    support get log-prob -inf. ``temperature`` and ``top_k`` are static.
+    or >= A: no restriction; ties at the k-th logit: the lower action ids, the default
+    position cut of ``samplers.SamplerSpec``, whose ``sampler_log_probs`` this is). Actions
+    outside the support get log-prob -inf. ``temperature`` and ``top_k`` are static.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0, got {top_k}")
-    scaled = logits if temperature == 1.0 else logits / temperature
-    num_actions = logits.shape[-1]
-    if 0 < top_k < num_actions:
-        kth = jax.lax.top_k(scaled, top_k)[0][..., -1:]
-        scaled = jnp.where(scaled >= kth, scaled, -jnp.inf)
-    return jax.nn.log_softmax(scaled, axis=-1)
+    spec = samplers.SamplerSpec(temperature=temperature, top_k=top_k)  # validates both
+    return samplers.sampler_log_probs(logits, spec)
 
 
 # --------------------------------------------------------------------------------------

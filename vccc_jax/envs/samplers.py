@@ -9,11 +9,22 @@ that very distribution, which is what the write-up says must be logged as log mu
 Sec 7); :func:`raw_log_probs` is what a buggy pipeline logs instead (the negative control).
 
 * temperature tau: mu ∝ exp(z / tau).
-* top-k: keep the tokens whose (tempered) logit is >= the k-th largest (``lax.top_k``: no
-  sort of the row; ties at the k-th value are all kept, like ``rollout.sampling_log_probs``).
+* top-k: keep the k tokens with the largest (tempered) logits (``lax.top_k``: no sort of
+  the row).
 * top-p (nucleus): sort the row once (O(V log V)) and keep the smallest prefix of most
-  likely tokens with mass >= p (a token is kept when the mass strictly before it is < p;
-  ties at the threshold logit are kept).
+  likely tokens with mass >= p (a token is kept when the mass strictly before it in the
+  sorted order is < p; at least one token).
+* ties (``SamplerSpec.ties``): ``"position"`` (default) cuts both filters by position in a
+  stable descending order, so of tokens tied at the k-th logit or at the top-p crossing
+  the lower token ids are kept (exactly k tokens for top-k). That is what the engines do
+  for top-p (vLLM's ``apply_top_k_top_p`` and SGLang's torch sampler keep a prefix of the
+  sorted row; Hugging Face's ``TopPLogitsWarper`` too) and SGLang does for top-k (its sorted
+  row is cut at index k); note vLLM's and Hugging Face's top-k keep every token tied with
+  the k-th logit, i.e. ``"value"``. Which tied tokens an engine keeps depends on its sort
+  (torch's default sort is not stable); ours is the stable order (``lax.top_k`` and
+  ``argsort(stable=True)`` put the lower index first). ``"value"`` keeps every token whose
+  logit equals the one at the cut (the older behaviour: p = 0.8 on probabilities
+  (1/2, 1/4, 1/8, 1/8) keeps 4 tokens where the position cut keeps 3).
 * greedy: a point mass on the argmax (lowest index on ties); log mu = 0 there.
 * hard mask: a boolean [..., V] of allowed tokens (at least one per row).
 * inference mismatch: the inference engine's logits differ from the trainer's pi_old of
@@ -50,6 +61,7 @@ from vccc_jax.estimators.importance import expected_weight, importance_weights
 
 Array = chex.Array
 MISMATCH_KINDS = ("none", "bf16", "int8", "noise")
+TIE_RULES = ("position", "value")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +74,7 @@ class SamplerSpec:
     greedy: bool = False
     mismatch: str = "none"
     mismatch_scale: float = 0.0
+    ties: str = "position"
 
     def __post_init__(self):
         if not self.temperature > 0:
@@ -74,11 +87,13 @@ class SamplerSpec:
             raise ValueError(f"mismatch must be one of {MISMATCH_KINDS}, got {self.mismatch!r}")
         if self.mismatch == "noise" and not self.mismatch_scale > 0:
             raise ValueError("mismatch='noise' needs mismatch_scale > 0")
+        if self.ties not in TIE_RULES:
+            raise ValueError(f"ties must be one of {TIE_RULES}, got {self.ties!r}")
 
     @classmethod
     def parse(cls, text: str) -> "SamplerSpec":
-        """From ``"temperature=0.7,top_k=50,top_p=0.9,greedy=0,mismatch=bf16"`` (any subset;
-        "" gives the plain sampler). Aliases: temp, k, p."""
+        """From ``"temperature=0.7,top_k=50,top_p=0.9,greedy=0,mismatch=bf16,ties=value"`` (any
+        subset; "" gives the plain sampler). Aliases: temp, k, p."""
         alias = {"temp": "temperature", "k": "top_k", "p": "top_p", "scale": "mismatch_scale"}
         kwargs = {}
         for item in filter(None, (s.strip() for s in text.split(","))):
@@ -92,7 +107,7 @@ class SamplerSpec:
                 kwargs[name] = int(value)
             elif name == "greedy":
                 kwargs[name] = value.lower() in ("1", "true", "yes")
-            elif name == "mismatch":
+            elif name in ("mismatch", "ties"):
                 kwargs[name] = value
             else:
                 raise ValueError(f"unknown sampler field {name!r}")
@@ -118,13 +133,30 @@ def mismatch_logits(logits: Array, spec: SamplerSpec, key: Optional[Array] = Non
     return logits + spec.mismatch_scale * jax.random.normal(key, logits.shape, logits.dtype)
 
 
-def _top_p_threshold(scaled: Array, p: float) -> Array:
-    """The smallest kept logit of the nucleus, [..., 1] (one sort of the row)."""
-    srt = -jnp.sort(-scaled, axis=-1)  # descending
+def _top_k_keep(z: Array, k: int, ties: str) -> Array:
+    """Tokens kept by top-k, boolean [..., V]: the k largest (ties at the k-th logit: lower
+    ids, ``"position"``; all of them, ``"value"``). One ``lax.top_k``, no sort."""
+    values, ids = jax.lax.top_k(z, k)  # lower index first among equal values
+    if ties == "value":
+        return z >= values[..., -1:]
+    none = jnp.zeros(z.shape, bool)
+    return jnp.put_along_axis(none, ids, jnp.ones((), bool), axis=-1, inplace=False)
+
+
+def _top_p_keep(z: Array, p: float, ties: str) -> Array:
+    """Tokens kept by top-p, boolean [..., V]: the shortest prefix of the stable descending
+    order whose mass reaches p (at least one token); ``"value"`` also keeps every token tied
+    with the last one kept. One sort of the row."""
+    order = jnp.argsort(-z, axis=-1, stable=True)  # descending, lower id first among ties
+    srt = jnp.take_along_axis(z, order, axis=-1)
     probs = jax.nn.softmax(srt, axis=-1)
     before = jnp.cumsum(probs, axis=-1) - probs
     n_keep = jnp.maximum(jnp.sum(before < p, axis=-1, keepdims=True), 1)
-    return jnp.take_along_axis(srt, n_keep - 1, axis=-1)
+    if ties == "value":
+        return z >= jnp.take_along_axis(srt, n_keep - 1, axis=-1)
+    rank = jnp.arange(z.shape[-1]).reshape((1,) * (z.ndim - 1) + (-1,))
+    in_prefix = rank < n_keep  # [..., V] in sorted order
+    return jnp.put_along_axis(jnp.zeros(z.shape, bool), order, in_prefix, axis=-1, inplace=False)
 
 
 def sampler_log_probs(
@@ -141,10 +173,9 @@ def sampler_log_probs(
         return jnp.where(ids == best, 0.0, -jnp.inf).astype(logits.dtype)
     z = z if spec.temperature == 1.0 else z / spec.temperature
     if 0 < spec.top_k < z.shape[-1]:
-        kth = jax.lax.top_k(z, spec.top_k)[0][..., -1:]
-        z = jnp.where(z >= kth, z, -jnp.inf)
+        z = jnp.where(_top_k_keep(z, spec.top_k, spec.ties), z, -jnp.inf)
     if spec.top_p < 1.0:
-        z = jnp.where(z >= _top_p_threshold(z, spec.top_p), z, -jnp.inf)
+        z = jnp.where(_top_p_keep(z, spec.top_p, spec.ties), z, -jnp.inf)
     return jax.nn.log_softmax(z, axis=-1)
 
 

@@ -37,6 +37,7 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from vccc_jax.envs import samplers
+from vccc_jax.envs.spec import TOKEN_GAMMA, parse_token_spec
 from vccc_jax.tabular import token as token_task
 from vccc_jax.tabular.token import TokenTask
 
@@ -226,21 +227,7 @@ def make_token_env(spec: str = "", key: Optional[Array] = None, **overrides) -> 
     (any subset; the ``token:`` prefix of ``--env token:...`` is stripped). Extra keys:
     tool_discount, length_penalty, format_reward, accept, eos (0/1), onehot_time (0/1),
     last_token_features, max_steps."""
-    names = {"V": "num_tokens", "H": "horizon", "Q": "num_states", "C": "num_classes",
-             "P": "num_prompts", "m": "tool_length", "tools": "num_tool_states",
-             "accept": "accept_density"}
-    ints = {"num_tokens", "horizon", "num_states", "num_classes", "num_prompts", "tool_length",
-            "num_tool_states", "seed", "last_token_features", "max_steps"}
-    bools = {"eos", "onehot_time"}
-    text = spec[len("token:"):] if spec.startswith("token:") else spec
-    kw: dict = {}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        if "=" not in item:
-            raise ValueError(f"token env spec item {item!r} must look like name=value")
-        name, value = (x.strip() for x in item.split("=", 1))
-        name = names.get(name, name)
-        kw[name] = (int(value) if name in ints else value not in ("0", "false", "False")
-                    if name in bools else float(value))
+    kw = {"gamma": TOKEN_GAMMA, **parse_token_spec(spec)}  # ValueError: bad key or value
     kw.update(overrides)
     seed = kw.pop("seed", 0)
     onehot_time = kw.pop("onehot_time", True)

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from vccc_jax.estimators import checks
-from vccc_jax.estimators.importance import WeightKind, importance_weights
+from vccc_jax.estimators.importance import WeightKind, importance_weights, safe_ratios
 
 Array = chex.Array
 sg = jax.lax.stop_gradient
@@ -78,6 +78,7 @@ def policy_loss(
         log_pi=log_pi, log_mu=log_mu, advantages=advantages, log_pi_old=log_pi_old,
         centering=centering, weights=weights,
     )
+    checks.check_nonempty("log_pi", log_pi)
     checks.check_log_probs("log_mu", log_mu)
     checks.check_log_probs("log_pi", log_pi)
     if ppo_epsilon is not None and not 0 < ppo_epsilon < 1:
@@ -85,7 +86,9 @@ def policy_loss(
     advantages = sg(advantages)
     ref = sg(log_pi) if log_pi_old is None else sg(log_pi_old)
     w = sg(importance_weights(ref - log_mu, kind, clip) if weights is None else weights)
-    r = jnp.exp(log_pi - ref)
+    # safe_ratios, not exp: log_pi = ref = -inf (a learner that gives the token probability 0)
+    # is NaN - its weight is 0 - and must not turn 0 * NaN into a NaN loss or gradient.
+    r = safe_ratios(log_pi - ref)
     if ppo_epsilon is None:
         objective = w * r * advantages
     else:
@@ -124,8 +127,16 @@ def centering_term(
     checks.check_rank_at_least("log_pi_all", log_pi_all, 1)
     ref = sg(log_pi_all) if log_pi_old_all is None else sg(log_pi_old_all)
     w = importance_weights(ref - log_mu_all, kind, clip)
-    coeff = sg(jnp.exp(log_mu_all) * w)
-    return jnp.sum(coeff * log_pi_all, axis=-1)
+    coeff = sg(jnp.where(w > 0, jnp.exp(log_mu_all) * w, 0.0))  # 0, not NaN, at log mu = NaN
+    return _weighted_sum(coeff, log_pi_all)
+
+
+def _weighted_sum(coeff: Array, log_pi: Array) -> Array:
+    """sum_a coeff(a) log pi(a) over the last axis with 0 * log 0 = 0: actions with coefficient
+    mu(a) w(a) = 0 (mu = 0; or w = 0, e.g. pi_ref = 0 under a masked learner, or a NaN log mu,
+    whose coefficient the callers set to 0) add exactly 0 to the value and to the gradient,
+    even where log pi = -inf (a plain product would give 0 * -inf = NaN)."""
+    return jnp.sum(coeff * jnp.where(coeff > 0, log_pi, 0.0), axis=-1)
 
 
 def _topk_mask(num_actions: int, topk_ids: Array, dtype) -> Array:
@@ -251,7 +262,7 @@ def centering_coefficients_topk(
     tail_pi = jnp.clip(jnp.sum(pi_all * in_tail, axis=-1), 0.0, 1.0)
     # Top-k part: exact.
     w_top = importance_weights(topk_ref - topk_log_mu, kind, clip)
-    top = sg(jnp.exp(topk_log_mu) * w_top)
+    top = sg(jnp.where(w_top > 0, jnp.exp(topk_log_mu) * w_top, 0.0))  # 0, not NaN, at log mu = NaN
     # Tail part: mu(a) = tail_mu * ref(a) / tail_ref, one common log-ratio for all tail actions.
     safe = (tail_mu > 0) & (tail_pi > 0)
     log_rho_tail = jnp.where(
@@ -310,4 +321,4 @@ def centering_term_topk(
     top_c, tail_c = centering_coefficients_topk(ref, topk_log_mu, topk_ids, kind=kind, clip=clip,
                                                 support_size=support_size, max_support=max_support)
     topk_log_pi = jnp.take_along_axis(log_pi_all, topk_ids, axis=-1)
-    return jnp.sum(top_c * topk_log_pi, axis=-1) + jnp.sum(tail_c * log_pi_all, axis=-1)
+    return _weighted_sum(top_c, topk_log_pi) + _weighted_sum(tail_c, log_pi_all)

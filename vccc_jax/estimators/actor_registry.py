@@ -203,9 +203,11 @@ def _on(mask: Optional[Array]):
 
 
 def _clean(log_rhos: Array, mask: Optional[Array]) -> Array:
-    """Log-ratios as the sequence statistics read them: masked tokens 0, NaN -> -inf (weight
-    0, as ``safe_ratios``), +inf / overflow -> the ``MAX_LOG_RHO`` guard."""
-    x = jnp.where(jnp.isnan(log_rhos), -jnp.inf, jnp.minimum(log_rhos, MAX_LOG_RHO))
+    """Log-ratios as the sequence statistics read them: masked tokens 0; NaN and +inf
+    (invalid data, weight 0 as in ``safe_ratios``) -> -inf, so a sequence holding one has
+    weight 0; a finite overflow -> the ``MAX_LOG_RHO`` guard."""
+    invalid = jnp.isnan(log_rhos) | (log_rhos == jnp.inf)
+    x = jnp.where(invalid, -jnp.inf, jnp.minimum(log_rhos, MAX_LOG_RHO))
     return jnp.where(_on(mask), x, 0.0)
 
 

@@ -27,6 +27,13 @@ def check_same_shape(**arrays) -> None:
             )
 
 
+def check_nonempty(name: str, x) -> None:
+    """Raise ValueError naming ``x`` when it has no elements (an empty time axis or batch):
+    a mean over nothing, or a trajectory of no steps, has no value."""
+    if np.size(x) == 0:
+        raise ValueError(f"{name} must be non-empty (no zero-length axis), got shape {np.shape(x)}")
+
+
 def check_rank_at_least(name: str, x, rank: int) -> None:
     if np.ndim(x) < rank:
         raise ValueError(f"{name} must have rank >= {rank}, got shape {np.shape(x)}")

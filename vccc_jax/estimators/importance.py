@@ -3,11 +3,20 @@
 Everything enters as a log-ratio ``log_rhos = log pi(a|s) - log mu(a|s)`` (DESIGN.md §3) and
 ratios are formed as ``exp`` of that difference, never as a quotient of probabilities.
 
-Overflow guard: a log-ratio above ``MAX_LOG_RHO`` is treated as ``MAX_LOG_RHO`` (ratio
-``e^20 ~ 4.9e8``). That keeps ``rho``, ``rho * delta`` and ``rho**2`` finite in float32
-(``e^40 ~ 2.4e17``), so a log-ratio of +100 (or +inf: behaviour prob 0, target prob > 0)
-never turns a target into inf/NaN. A NaN log-ratio gets weight 0. Both events are counted by
-:func:`ratio_diagnostics` so they are never silent.
+What a log-ratio becomes (:func:`safe_ratios`; every weight in the library is formed by it):
+
+* finite, <= ``MAX_LOG_RHO``: rho = exp(log rho) (it may underflow to 0, e.g. -104 in float32);
+* finite, > ``MAX_LOG_RHO`` (the overflow guard): rho = e^20 ~ 4.9e8, gradient 0. That keeps
+  ``rho``, ``rho * delta`` and ``rho**2`` finite in float32 (``e^40 ~ 2.4e17``);
+* -inf (the target gives the logged action probability 0, e.g. a masked or top-k learner):
+  rho = 0 exactly, as the math says;
+* +inf (the logged action has behaviour probability 0: it cannot have been sampled from the
+  logged mu, so the log mu is wrong) and NaN: invalid data, rho = 0, gradient 0.
+
+So a finite weight comes out of any log-ratio, and a target / loss built from finite rewards,
+values and weights is finite. The three non-finite cases are counted in
+``ratio_diagnostics(...).num_nonfinite`` (and the guard in ``guard_fraction``), so they are
+never silent.
 """
 
 from __future__ import annotations
@@ -59,16 +68,19 @@ def log_ratios(target_log_probs: Array, behaviour_log_probs: Array) -> Array:
 
 
 def safe_ratios(log_rhos: Array, max_log_rho: float = MAX_LOG_RHO) -> Array:
-    """rho = exp(min(log_rho, max_log_rho)), with NaN log-ratios mapped to rho = 0.
+    """rho = exp(min(log_rho, max_log_rho)) for finite log-ratios; 0 for -inf, +inf and NaN.
 
-    ``-inf`` (target prob 0) gives 0 exactly; ``+inf`` (behaviour prob 0) gives the guard.
-    The gradient with respect to ``log_rhos`` is ``rho`` inside the guard and 0 outside.
+    ``-inf`` (target prob 0) gives 0 exactly; ``+inf`` (behaviour prob 0 for a logged action:
+    invalid data) and NaN give 0 too (module docstring). The gradient with respect to
+    ``log_rhos`` is ``rho`` inside the guard and exactly 0 outside it and at non-finite inputs.
     """
     chex.assert_type(log_rhos, float)
-    # The NaN case is folded into the exponent (NaN fails both comparisons -> -inf -> 0), so
-    # the exp kernel is the only consumer of the log-ratio: with a select after the exp, XLA
-    # re-reads the log-ratio in every kernel that uses rho (this matters inside V-trace's loop).
-    guarded = jnp.where(log_rhos > max_log_rho, max_log_rho, -jnp.inf).astype(log_rhos.dtype)
+    # The non-finite cases are folded into the exponent (NaN fails every comparison, +inf
+    # fails the second -> -inf -> 0), so the exp kernel is the only consumer of the log-ratio:
+    # with a select after the exp, XLA re-reads the log-ratio in every kernel that uses rho
+    # (this matters inside V-trace's loop).
+    above = (log_rhos > max_log_rho) & (log_rhos < jnp.inf)
+    guarded = jnp.where(above, max_log_rho, -jnp.inf).astype(log_rhos.dtype)
     return jnp.exp(jnp.where(log_rhos <= max_log_rho, log_rhos, guarded))
 
 
@@ -108,6 +120,7 @@ def expected_weight(
     Dividing by sum_a mu makes Z exactly 1 when w == 1 (lag 0), not 1 +- rounding.
     """
     checks.check_same_shape(log_pi_all=log_pi_all, log_mu_all=log_mu_all)
+    checks.check_nonempty("log_mu_all", log_mu_all)
     w = importance_weights(log_pi_all - log_mu_all, kind, clip)
     mu = jnp.exp(log_mu_all)
     return jnp.sum(mu * w, axis=-1) / jnp.sum(mu, axis=-1)
@@ -119,8 +132,8 @@ class RatioDiagnostics(NamedTuple):
     ess_fraction: Kish (sum w)^2 / (n sum w^2), in (0, 1]; 1 when all weights are equal.
     clip_fraction: fraction of transitions whose weight was truncated or masked.
     log_rho_quantiles: quantiles ``QUANTILES`` of the finite log-ratios.
-    guard_fraction: fraction where the overflow guard (MAX_LOG_RHO) fired.
-    num_nonfinite: count of NaN / +-inf log-ratios.
+    guard_fraction: fraction of finite log-ratios above MAX_LOG_RHO (the overflow guard).
+    num_nonfinite: count of NaN / +-inf log-ratios (all three have weight 0).
     count_by_version, clip_fraction_by_version, ess_fraction_by_version: the same grouped by
     behaviour version (arrays of length ``num_versions``; zeros when ``versions`` is None).
     """
@@ -159,6 +172,7 @@ def ratio_diagnostics(
     """
     chex.assert_type(log_rhos, float)
     check_weight_kind(kind, clip)
+    checks.check_nonempty("log_rhos", log_rhos)
     if versions is not None:
         chex.assert_equal_shape([log_rhos, versions])
         chex.assert_type(versions, int)
@@ -193,7 +207,7 @@ def ratio_diagnostics(
         ess_fraction=ess,
         clip_fraction=jnp.mean(clipped.astype(flat.dtype)),
         log_rho_quantiles=quantiles,
-        guard_fraction=jnp.mean((flat > MAX_LOG_RHO).astype(flat.dtype)),
+        guard_fraction=jnp.mean(((flat > MAX_LOG_RHO) & finite).astype(flat.dtype)),
         num_nonfinite=jnp.sum(~finite),
         count_by_version=by_count,
         clip_fraction_by_version=by_clip,

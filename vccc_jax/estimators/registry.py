@@ -198,8 +198,8 @@ def brace_sequence(seq: SequenceInputs, clip, options: dict):
     o = dict(BRACE_OPTIONS)
     o.update(options)
     log_rhos, rho_bar, c_bar = seq.log_rhos, o["rho_bar"], o["c_bar"]
-    if rho_bar is None and c_bar is None:
-        log_rhos = jnp.minimum(log_rhos, jnp.log(clip))
+    if rho_bar is None and c_bar is None:  # +inf / NaN kept: weight 0 (importance.safe_ratios)
+        log_rhos = jnp.where(log_rhos < jnp.inf, jnp.minimum(log_rhos, jnp.log(clip)), log_rhos)
     elif rho_bar is None or c_bar is None:
         raise ValueError("brace: give both rho_bar and c_bar, or neither (then both = clip)")
     return brace(log_rhos, seq.discounts, seq.rewards, seq.values, seq.bootstrap_value,

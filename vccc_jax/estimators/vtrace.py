@@ -24,8 +24,9 @@ Time-limit truncation (DESIGN.md §3, termination is not truncation): where
 trace does not continue past t (nothing of the next episode leaks in).
 
 Ratios are ``exp`` of the log-ratios with the overflow guard of
-:func:`vccc_jax.estimators.importance.safe_ratios` (log-ratio capped at ``MAX_LOG_RHO``,
-NaN -> weight 0), so any finite log-ratio gives finite targets.
+:func:`vccc_jax.estimators.importance.safe_ratios` (log-ratio capped at ``MAX_LOG_RHO``;
+-inf, +inf and NaN -> weight 0), so any log-ratio gives finite targets from finite rewards,
+values and discounts.
 
 Implementation (performance notes)
 ----------------------------------
@@ -142,6 +143,7 @@ def _validate(log_rhos, discounts, rewards, values, bootstrap_value, lambda_,
     # values first, so messages read "<arg> has shape .. but values has shape ..".
     checks.check_same_shape(values=values, log_rhos=log_rhos, discounts=discounts,
                             rewards=rewards)
+    checks.check_nonempty("values", values)
     batch_shape = np.shape(values)[1:]
     if bootstrap_value is None:
         raise ValueError("bootstrap_value is required (Vbar(s_T), shape values.shape[1:])")
@@ -426,8 +428,8 @@ def vtrace(
       ``VTraceOutput(vs, pg_advantages)``, both [T, ...] in the inputs' float dtype.
 
     Raises:
-      ValueError naming the argument for mismatched shapes, a wrong-rank bootstrap_value,
-      non-positive thresholds, an invalid n_steps, and (concrete arguments only) discounts
+      ValueError naming the argument for mismatched shapes, an empty time axis (T = 0) or
+      batch, a wrong-rank bootstrap_value, non-positive thresholds, an invalid n_steps, and (concrete arguments only) discounts
       or lambda_ outside [0, 1].
     """
     return _call(_core_jit, "scan", log_rhos, discounts, rewards, values, bootstrap_value,

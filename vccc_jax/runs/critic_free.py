@@ -25,7 +25,6 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from vccc_jax.analysis.stats import mean_ci
 from vccc_jax.runs.cells import run_cells
 from vccc_jax.runs.schema import Experiment, as_dict
 
@@ -257,6 +256,8 @@ def summarize(rows: list[dict]) -> list[dict]:
     (mean, 95% t half-width over seeds), kept fraction, learner rows / update, learner temp
     KB, median learn ms, and J at equal learner rows = the rows GRPO ("full", same lag) uses
     in half the run (NaN without a GRPO cell)."""
+    from vccc_jax.analysis.stats import mean_ci  # scipy: not at import (vccc train's checks)
+
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["cell"]["lag"], r["cell"]["law"]), []).append(r)

@@ -7,11 +7,13 @@
                   losses, and at ground-truth updates the critic error vs MC V^{pi_k}
     summary.json  per-seed summaries with 95% confidence intervals across seeds
                   (``analysis.train.summarize``)
-    config.json   the frozen TrainConfig + provenance (git revision, package versions)
+    config.json   the frozen TrainConfig + provenance (command line, git revision, package
+                  versions, host, devices; a resumed run adds one per resume in "resumed")
     checkpoint/   orbax CheckpointManager: ``<update>/state`` (the sharded TrainState) and
                   ``<update>/meta`` (config, update, metric rows); saved every
-                  ``checkpoint_every`` updates and at the end, the last ``keep`` kept;
-                  ``resume`` continues from the latest bit for bit (``train.checkpoint``)
+                  ``checkpoint_every`` updates or ``checkpoint_seconds``, at the end and
+                  when ``stop()`` asks, the last ``keep`` kept; ``resume`` continues from
+                  the latest bit for bit (``train.checkpoint``)
 
 :func:`run_grid` runs the cells of a ``kind = "train"`` experiment (:func:`cells`: the
 product of its ``[grid]`` over its ``[base]``) one after the other into
@@ -22,40 +24,90 @@ product of its ``[grid]`` over its ``[base]``) one after the other into
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 
-from vccc_jax.analysis.train import cell_label, summarize, whole_run_summary
+from vccc_jax.envs.spec import env_gamma
 from vccc_jax.runs.distributed import agree, is_main, open_store
 from vccc_jax.runs.grid import product
-from vccc_jax.runs.progress import Progress
 from vccc_jax.runs.provenance import provenance
 from vccc_jax.runs.schema import ConfigError, Experiment
 from vccc_jax.runs.store import cell_id
 from vccc_jax.train.config import TrainConfig
 
+# Above: pure Python (numpy at most). JAX, scipy (analysis) and rich (progress) are
+# imported where used, so ``vccc train`` can check its input (:func:`resolve_fields`,
+# ``runs.run_dir``) before loading them.
+
 QUANTILE_NAMES = ("q01", "q10", "q50", "q90", "q99")
 
 
-def cells(exp: Experiment, overrides: dict | None = None) -> list[TrainConfig]:
-    """The TrainConfigs of a ``train`` experiment: ``base`` updated by ``overrides`` (flags),
-    then every point of ``grid`` (:func:`runs.grid.product`, in file order)."""
+class Interrupted(KeyboardInterrupt):
+    """:func:`run_one` stopped early because ``stop()`` asked it to (Ctrl-C in ``vccc
+    train``): the state after ``update`` of ``total`` updates is checkpointed and committed."""
+
+    def __init__(self, update: int, total: int):
+        super().__init__(f"stopped after update {update} of {total}")
+        self.update, self.total = update, total
+
+
+def cell_fields(exp: Experiment, overrides: dict | None = None) -> list[dict]:
+    """The resolved fields (:func:`resolve_fields`) of every cell of a ``train`` experiment:
+    ``base`` updated by ``overrides`` (flags), then every point of ``grid``
+    (:func:`runs.grid.product`, in file order). Pure Python."""
     if exp.kind != "train":
         raise ConfigError(f"{exp.path}: kind {exp.kind!r} is not a train experiment")
     base = dict(exp.base)
     base.update(overrides or {})
-    return [config_from(dict(base, **point), exp.path) for point in product(exp.grid.axes)]
+    return [resolve_fields(dict(base, **point), exp.path) for point in product(exp.grid.axes)]
+
+
+def cells(exp: Experiment, overrides: dict | None = None) -> list[TrainConfig]:
+    """The TrainConfigs of a ``train`` experiment (:func:`cell_fields`, each built by
+    :func:`config_from`)."""
+    return [config_from(f, exp.path) for f in cell_fields(exp, overrides)]
+
+
+def resolve_fields(fields: dict, where: str = "train config") -> dict:
+    """Every TrainConfig field of a run given ``fields`` (a config's ``[base]`` and flags):
+    defaults filled, ``gamma`` taken from a ``tabular:`` / ``token:`` env spec unless given
+    (then it must agree). Equals ``config_from(fields).to_dict()``, but is pure Python:
+    ConfigError naming ``where`` for an unknown field, a malformed env spec or a conflicting
+    gamma -- before JAX is imported (value types: ``runs.schema`` for config files,
+    argparse for flags)."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    unknown = sorted(set(fields) - set(names))
+    if unknown:
+        raise ConfigError(f"{where}: unknown TrainConfig fields: {unknown}")
+    out = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    out.update(fields)
+    try:
+        gamma = env_gamma(out["env"])
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if gamma is not None:
+        if "gamma" not in fields:
+            out["gamma"] = gamma
+        elif abs(float(fields["gamma"]) - gamma) > 1e-12:
+            raise ConfigError(f"{where}: gamma={fields['gamma']} conflicts with gamma={gamma:g} "
+                              f"of env {out['env']!r}; set it once, in the env spec")
+    return out
 
 
 def config_from(fields: dict, where: str = "train config") -> TrainConfig:
-    """``TrainConfig.from_dict`` with errors (unknown field, bad value) naming the input."""
+    """``TrainConfig.from_dict`` of :func:`resolve_fields`, with errors (unknown field, bad
+    value, unknown critic, env that cannot be built) naming the input."""
     try:
-        cfg = TrainConfig.from_dict(fields)
+        cfg = TrainConfig.from_dict(resolve_fields(fields, where))
     except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
         raise ConfigError(f"{where}: {e}") from None
     from vccc_jax.envs.make import make_env
     from vccc_jax.train.targets import CRITIC_TARGETS
@@ -125,11 +177,6 @@ def read_csv(path: Path) -> list[dict]:
     return out
 
 
-def default_out(cfg: TrainConfig) -> Path:
-    name = f"{cfg.env}_{cfg.lag}_{cfg.critic}_{cfg.actor}_s{cfg.num_seeds}".replace(":", "-")
-    return Path("results") / "train" / name.replace("/", "-").replace(",", "-")
-
-
 def _chunk_size(num_updates: int, requested: int, checkpoint_every: int) -> int:
     """Updates per jitted call; a divisor of num_updates when possible (one compile), and a
     divisor of ``checkpoint_every`` so every scheduled checkpoint falls on a call boundary."""
@@ -145,40 +192,32 @@ def _chunk_size(num_updates: int, requested: int, checkpoint_every: int) -> int:
     return max(1, min(size, num_updates))
 
 
-def checkpoint_meta(cfg: TrainConfig, update: int, rows: list[dict]) -> dict:
+def checkpoint_meta(cfg: TrainConfig, update: int, rows: list[dict], chunk: int) -> dict:
     """What a checkpoint's meta holds: the config (resume refuses another one), the number
-    of updates done, and the metric rows so far (so a resumed table is exact)."""
-    return {"config": cfg.to_dict(), "update": int(update), "rows": rows}
-
-
-def check_resume(cfg: TrainConfig, out: Path) -> None:
-    """Raise ConfigError if ``<out>/checkpoint`` holds a checkpoint of another config."""
-    from vccc_jax.train import checkpoint as ck
-
-    ckpt_dir = Path(out) / "checkpoint"
-    if not ckpt_dir.is_dir():
-        return
-    mngr = ck.manager(ckpt_dir, async_save=False)
-    try:
-        step = ck.latest_step(mngr)
-        if step is not None and ck.read_meta(mngr, step).get("config") != cfg.to_dict():
-            raise ConfigError(f"--resume: {ckpt_dir} was written by a different config")
-    finally:
-        mngr.close()
+    of updates done, the metric rows so far (so a resumed table is exact) and the updates
+    per jitted call (a resumed run keeps them: the same compiled programs, bit for bit)."""
+    return {"config": cfg.to_dict(), "update": int(update), "rows": rows, "chunk": int(chunk)}
 
 
 def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: int = 0,
-            resume: bool = False, quiet: bool = False, mesh=None, fsdp: bool = False,
-            keep: int = 3) -> tuple[dict, list[dict]]:
+            checkpoint_seconds: float = 0.0, resume: bool = False, quiet: bool = False,
+            mesh=None, fsdp: bool = False, keep: int = 3,
+            stop: Optional[Callable[[], bool]] = None,
+            command: Optional[list[str]] = None) -> tuple[dict, list[dict]]:
     """Train one configuration (all its seeds) over ``mesh`` and write the run directory.
 
     ``mesh``: a ``train.sharding`` mesh (None: all devices, ``(n, 1)``); every process of a
     multi-host run calls this with the same arguments, process 0 writes the files.
-    Checkpoints: orbax ``<out>/checkpoint/<update>/`` every ``checkpoint_every`` updates and
-    at the end, the last ``keep`` kept; ``resume`` continues from the latest one bit for bit
-    (state and metric rows, which travel in the checkpoint meta).
+    Checkpoints (orbax ``<out>/checkpoint/<update>/``, the last ``keep`` kept) are written
+    at the end of the chunk (jitted call, :func:`_chunk_size`) that completes a multiple of
+    ``checkpoint_every`` updates, or the first chunk ending ``checkpoint_seconds`` after the
+    last save, and at the end. ``resume`` continues from the latest checkpoint bit for bit
+    (state, metric rows and chunk size travel in the checkpoint meta); without it the checkpoint
+    directory must hold no step. ``stop()`` is asked after every chunk: True checkpoints the
+    state there and raises :class:`Interrupted`. Every exit (the end, an exception, Ctrl-C)
+    first waits for pending saves, so a returned or raised run leaves no save half done.
+    ``command``: the command line recorded in the provenance (default ``sys.argv``).
     Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
-    import jax
 
     from vccc_jax.train import checkpoint as ck
     from vccc_jax.train import sharding as sh
@@ -192,30 +231,70 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
                            fsdp=fsdp)
     trainer = st.trainer
     total = trainer.num_updates
-    mngr = ck.manager(out / "checkpoint", keep=keep, every=checkpoint_every or total)
+    mngr = ck.manager(out / "checkpoint", keep=keep)
+    try:
+        return _train_loop(cfg, out, st, mngr, total=total, chunk=chunk,
+                           checkpoint_every=checkpoint_every,
+                           checkpoint_seconds=checkpoint_seconds, resume=resume,
+                           quiet=quiet, fsdp=fsdp, stop=stop, command=command)
+    finally:  # normal end, exception, Ctrl-C: no save is left half done
+        ck.wait(mngr)
+        mngr.close()
+
+
+def _strong(tree):
+    """``tree`` with weak-typed leaves (gymnax's ``EnvState.time = 0``) made strong: a
+    restored state has no weak types, so without this a resumed run would compile (and run)
+    another program than the uninterrupted one."""
+    import jax
+
+    return jax.tree_util.tree_map(
+        lambda x: jax.lax.convert_element_type(x, x.dtype) if x.weak_type else x, tree)
+
+
+def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoint_seconds,
+                resume, quiet, fsdp, stop, command):
+    import jax
+
+    from vccc_jax.analysis.train import summarize
+    from vccc_jax.train import checkpoint as ck
+
+    main = is_main()
+    trainer = st.trainer
     rows: list[dict] = []
-    start = ck.latest_step(mngr) if resume else None
+    start = ck.latest_step(mngr)
+    if start is not None and not resume:
+        raise ValueError(f"{out / 'checkpoint'} already holds checkpoints (latest: update "
+                         f"{start}): resume the run or use a new directory")
+    size = _chunk_size(total, chunk, checkpoint_every)
     if start is None:
-        start, state = 0, st.init()
+        start, state = 0, _strong(st.init())
     else:
         state, meta = ck.restore(mngr, st.abstract_state, st.shardings, step=start)
         if meta.get("config") != cfg.to_dict():
-            mngr.close()
             raise ValueError(f"--resume: {out / 'checkpoint'} was written by a different config")
         rows = list(meta["rows"])
+        size = int(meta.get("chunk", size))
     if main:
-        (out / "config.json").write_text(json.dumps(
-            {"config": cfg.to_dict(), "num_updates": total,
-             "num_versions": trainer.num_versions,
-             "mean_lag_law": cfg.lag_law.mean(trainer.num_versions),
-             "gt_horizon": trainer.gt_horizon, "devices": st.mesh.devices.size,
-             "mesh": dict(st.mesh.shape), "fsdp": fsdp, "processes": jax.process_count(),
-             "provenance": provenance()}, indent=1))
-    size = _chunk_size(total, chunk, checkpoint_every)
+        record = {"config": cfg.to_dict(), "num_updates": total,
+                  "num_versions": trainer.num_versions,
+                  "mean_lag_law": cfg.lag_law.mean(trainer.num_versions),
+                  "gt_horizon": trainer.gt_horizon, "devices": st.mesh.devices.size,
+                  "mesh": dict(st.mesh.shape), "fsdp": fsdp, "processes": jax.process_count(),
+                  "provenance": provenance(command)}
+        if start:  # a resumed run keeps what started it; each resume adds its provenance
+            path = out / "config.json"
+            old = json.loads(path.read_text()) if path.exists() else {}
+            record["resumed"] = old.get("resumed", []) + [
+                dict(record["provenance"], update=start)]
+            record["provenance"] = old.get("provenance", record["provenance"])
+        (out / "config.json").write_text(json.dumps(record, indent=1))
     progress = None
     if not quiet and main:
+        from vccc_jax.runs.progress import Progress
+
         progress = Progress(total, done=start, label="updates", min_interval=10.0)
-    t0 = time.time()
+    t0 = last_save = time.time()
     t_first, steps_after_first = None, 0  # throughput excludes the first call (compile)
     update = start
     while update < total:
@@ -228,10 +307,16 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
             t_first = time.time()
         else:
             steps_after_first += n * cfg.batch_size * cfg.num_seeds
-        # every process takes part in the save (each writes the shards it owns)
-        if ck.save(mngr, update, state, checkpoint_meta(cfg, update, rows),
-                   force=update == total) and main:
-            write_csv(rows, out / "metrics.csv")
+        # process 0 decides (clocks and Ctrl-C are per process); all take part in the save
+        timed = checkpoint_seconds > 0 and time.time() - last_save >= checkpoint_seconds
+        stopping = stop is not None and update < total and bool(stop())
+        timed, stopping = agree([timed, stopping])
+        if (update == total or timed or stopping
+                or (checkpoint_every > 0 and update % checkpoint_every == 0)):
+            ck.save(mngr, update, state, checkpoint_meta(cfg, update, rows, size), force=True)
+            last_save = time.time()
+            if main:
+                write_csv(rows, out / "metrics.csv")
         if progress is not None:
             ret = np.nanmean(np.asarray(metrics["return"])[-1])
             note = f"return {ret:7.1f}"
@@ -241,10 +326,14 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
             else:
                 note += f"  (compiled + first {n} updates in {t_first - t0:.1f}s)"
             progress.advance(n, note=note)
+        if stopping:
+            if progress is not None:
+                progress.close()
+            ck.wait(mngr)
+            raise Interrupted(update, total)
     if progress is not None:
         progress.close()
     ck.wait(mngr)
-    mngr.close()
     summary = summarize(rows)
     summary["wall_seconds"] = {"mean": time.time() - t0, "ci95": 0.0, "per_seed": []}
     if main:
@@ -254,10 +343,14 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
 
 
 def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = False,
-             on_cell=None, mesh=None, fsdp: bool = False) -> list[dict]:
+             on_cell=None, mesh=None, fsdp: bool = False, checkpoint_every: int = 0,
+             checkpoint_seconds: float = 0.0,
+             stop: Optional[Callable[[], bool]] = None) -> list[dict]:
     """Run every cell (see :func:`cells`) into the resumable store ``<out>/<name>.jsonl``
     (written by process 0; :mod:`runs.distributed`); ``on_cell(i, n, cfg)`` is called
-    before a cell is computed. Returns ``[{"config", "summary"}]`` in cell order."""
+    before a cell is computed. A cell checkpoints as :func:`run_one` does into its own
+    directory ``<out>/<name>/<cell id>/`` and a rerun resumes a cell left half done.
+    Returns ``[{"config", "summary"}]`` in cell order."""
     store_path = out / f"{name}.jsonl"
     results = []
     with open_store(store_path) as store:
@@ -272,7 +365,11 @@ def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = Fa
             if on_cell is not None:
                 on_cell(i, len(cells), cfg)
             t0 = time.time()
-            summary, _ = run_one(cfg, out / name / cid, quiet=quiet, mesh=mesh, fsdp=fsdp)
+            # a cell directory holds only this cell (its id is the config's hash): resume
+            # a cell a killed run left half done
+            summary, _ = run_one(cfg, out / name / cid, quiet=quiet, mesh=mesh, fsdp=fsdp,
+                                 resume=True, checkpoint_every=checkpoint_every,
+                                 checkpoint_seconds=checkpoint_seconds, stop=stop)
             store.append({"id": cid, "cell": cell, "metrics": summary,
                           "meta": {"seconds": time.time() - t0, **provenance()}})
             results.append({"config": cell, "summary": summary})
@@ -283,6 +380,8 @@ def whole_run_results(name: str, cells: list[TrainConfig], out: Path) -> list[di
     """``[{"config", "summary": whole_run_summary}]`` of the grid's finished cells, read from
     their ``<out>/<name>/<cell id>/metrics.csv`` (critic error over the WHOLE run: AUC and
     fixed checkpoints, issue 11 section 3)."""
+    from vccc_jax.analysis.train import whole_run_summary
+
     results = []
     for cfg in cells:
         path = out / name / cell_id(cfg.to_dict()) / "metrics.csv"
@@ -297,6 +396,7 @@ def error_curve_rows(store: Path) -> tuple[dict, str]:
     keyed ``(panel, label)`` as :func:`vccc_jax.plotting.train.error_curves` wants them
     (panel: lag [+ sampler] [+ env for gymnax]; label: the cell's critic), and the error key
     to draw: ``exact_err_pi`` on envs with exact values, else the Monte-Carlo ``gt_mae``."""
+    from vccc_jax.analysis.train import cell_label
     from vccc_jax.runs.store import read_rows
 
     store = Path(store)
@@ -320,6 +420,7 @@ def rows_with_whole_run(store: Path) -> list[dict]:
     """The store's rows (``runs.store.read_rows``) with each finished cell's whole-run
     summary (``analysis.train.whole_run_summary`` of its ``metrics.csv``: ``exact_err_pi_auc``,
     ``gt_rel_err_auc``, ...) merged into ``row["metrics"]``, for lag-curve figures."""
+    from vccc_jax.analysis.train import whole_run_summary
     from vccc_jax.runs.store import read_rows
 
     store = Path(store)

@@ -47,9 +47,11 @@ def manager(directory: str | os.PathLike, *, keep: Optional[int] = 3, every: int
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
     # the schedule is ours (orbax's interval also saves the first step it is offered)
+    # cleanup_tmp_directories: a process killed during a save leaves its uncommitted
+    # ``<step>.orbax-checkpoint-tmp-*`` directory; the next manager removes it
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, save_interval_steps=1, enable_async_checkpointing=async_save,
-        create=True)
+        create=True, cleanup_tmp_directories=True)
     mngr = ocp.CheckpointManager(Path(directory).absolute(), options=options, item_names=ITEMS)
     mngr.vccc_every = int(every)
     return mngr
@@ -72,9 +74,23 @@ def save(mngr: Any, step: Any, state: Any = None, meta: Optional[dict] = None, *
         return _legacy_save(mngr, step, state)
     if not force and int(step) % getattr(mngr, "vccc_every", 1):
         return False
-    payload = {"meta": meta or {}, "leaves": _leaf_list(state)}
+    # orbax serialises JsonSave items in its background commit thread, long after this
+    # call returns: a live ``meta`` (e.g. the metric-row list the trainer keeps appending
+    # to) would be written with whatever it holds by then. Snapshot it now (issue 19 s1).
+    payload = snapshot({"meta": meta or {}, "leaves": _leaf_list(state)})
     return mngr.save(int(step), args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(payload)), force=force)
+
+
+def snapshot(obj: Any) -> Any:
+    """``obj`` with every dict / list / tuple copied (as dict / list), leaves shared: later
+    changes to those containers do not reach the copy. O(size) and cheap (no encoding):
+    the metric-row list grows with the run and is saved at every checkpoint."""
+    if isinstance(obj, dict):
+        return {k: snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [snapshot(v) for v in obj]
+    return obj
 
 
 def latest_step(mngr: ocp.CheckpointManager) -> Optional[int]:

@@ -11,12 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from vccc_jax.envs import lag as lag_lib
-from vccc_jax.envs import samplers
-from vccc_jax.estimators import actor_registry, importance
-from vccc_jax.estimators.related.brace import TAIL_ANCHORS
-from vccc_jax.estimators.related.decoupled import ROUTES
-from vccc_jax.train import actor_weights
+# The validators below import JAX; they are imported where used, so that importing this
+# module (the fields and their defaults) is pure Python: ``vccc train`` reports bad input
+# before importing JAX (issue 23).
 
 # The Eq 10 actor kinds that take score centring (``centered-...``); ``actor`` accepts every
 # row of ``estimators.actor_registry`` (issue 21).
@@ -104,6 +101,10 @@ class TrainConfig:
             if not cond:
                 raise ValueError(msg)
 
+        from vccc_jax.envs import lag as lag_lib
+        from vccc_jax.estimators import importance
+        from vccc_jax.train import actor_weights
+
         need(self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}")
         need(self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}")
         need(self.update_epochs >= 1, f"update_epochs must be >= 1, got {self.update_epochs}")
@@ -177,6 +178,8 @@ class TrainConfig:
 
     @property
     def resolved_num_versions(self) -> int:
+        from vccc_jax.envs import lag as lag_lib
+
         if self.num_versions is not None:
             return int(self.num_versions)
         return lag_lib.LagLaw.parse(self.lag).default_num_versions()
@@ -187,13 +190,18 @@ class TrainConfig:
         temperature / top_k sampling through ``rollout.sampling_log_probs`` (old numbers)."""
         if not self.sampler:
             return None
+        from vccc_jax.envs import samplers
+
         try:
             return samplers.SamplerSpec.parse(self.sampler)
         except ValueError as err:
             raise ValueError(f"sampler {self.sampler!r}: {err}") from None
 
     @property
-    def lag_law(self) -> lag_lib.LagLaw:
+    def lag_law(self):
+        """The lag law (``envs.lag.LagLaw``) of ``lag``."""
+        from vccc_jax.envs import lag as lag_lib
+
         return lag_lib.LagLaw.parse(self.lag)
 
     @property
@@ -231,6 +239,8 @@ def parse_actor(spec: str) -> tuple[str, bool]:
     """``"centered-mask"`` -> ("mask", True); ``"truncate"`` -> ("truncate", False); any row
     of ``estimators.actor_registry`` by name or alias (``"gspo"`` -> ("gspo", False)). Score
     centring (Eq 13) is defined for the Eq 10 kinds ``ACTOR_KINDS``."""
+    from vccc_jax.estimators import actor_registry
+
     text = spec.strip().lower()
     centered = text.startswith("centered-")
     kind = text[len("centered-"):] if centered else text
@@ -246,6 +256,9 @@ def parse_actor(spec: str) -> tuple[str, bool]:
 
 def check_comparators(cfg: "TrainConfig") -> None:
     """ValueError naming the field for a bad comparator field of ``cfg`` (issue 13)."""
+    from vccc_jax.estimators.related.brace import TAIL_ANCHORS
+    from vccc_jax.estimators.related.decoupled import ROUTES
+
     if isinstance(cfg.brace_n, bool) or not isinstance(cfg.brace_n, int) or cfg.brace_n < 0:
         raise ValueError(f"brace_n must be an int >= 0, got {cfg.brace_n!r}")
     if cfg.brace_tail_anchor not in TAIL_ANCHORS:

@@ -35,6 +35,12 @@ Layout
 - :mod:`.targets`    one-step targets vs their claims, exact and sampled
 - :mod:`.stats`      KS / binomial / chi-square via scipy.stats
 - :mod:`.runner`     :func:`run_verify`;  :mod:`.report` :class:`Row`, :func:`format_table`
+- :mod:`.user`       :func:`check`: a user's estimator through the same machinery
+                     (``vccc verify --target module:function``); :mod:`.contracts` the
+                     function contracts (registry one-step / sequence, actor weight / loss),
+                     :mod:`.claimed` the claims' closed forms, :mod:`.diagnose` the
+                     least-squares diagnosis, :mod:`.user_one_step`, :mod:`.user_sequence`,
+                     :mod:`.user_actor` the rows per kind
 
 Adding checks (e.g. for a new testbed)
 --------------------------------------
@@ -57,9 +63,10 @@ from vccc_jax.verify.report import Row, exact_row, format_table, json_report
 from vccc_jax.verify.runner import DEFAULT_TARGETS, check_targets, make_problems_jit, run_verify
 from vccc_jax.verify.sections import SECTIONS, Context
 from vccc_jax.verify.targets import TargetSpec, default_targets
+from vccc_jax.verify.user import Report, Target, TargetError, check, check_all
 
 __all__ = [
-    "Context", "DEFAULT_TARGETS", "GroupSpec", "Problem", "Row", "SECTIONS", "TargetSpec", "check_targets",
-    "default_groups", "default_targets", "exact_row", "format_table", "json_report", "make_problems",
-    "make_problems_jit", "run_verify",
+    "Context", "DEFAULT_TARGETS", "GroupSpec", "Problem", "Report", "Row", "SECTIONS", "Target", "TargetError",
+    "TargetSpec", "check", "check_all", "check_targets", "default_groups", "default_targets", "exact_row",
+    "format_table", "json_report", "make_problems", "make_problems_jit", "run_verify",
 ]

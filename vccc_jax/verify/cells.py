@@ -38,17 +38,19 @@ class Cells(NamedTuple):
     baseline: Array       # an arbitrary state baseline b(s)
     baseline_vmu: Array   # b(s) = V^{mu_k}(s): a stale critic as the baseline
     baseline_star: Array  # b*(s) of Eq 9 for the cell's version
-    z_truncate: Array     # Z_k(s) = E_{mu_k}[min(rho, CLIP) | s]
-    z_mask: Array         # Z_k(s) for the double-sided mask
+    z_truncate: Array     # Z_k(s) = E_{mu_k}[min(rho, c) | s] (c = CLIP unless a claim says)
+    z_mask: Array         # Z_k(s) for the double-sided mask [1/c, c] (c = MASK_CLIP unless ...)
     prob: Array
 
 
-def version_cells(mdp: TabularMDP, pi: Array, mu: Array, vbar: Array, baseline: Array) -> Cells:
-    """Cells of one behaviour version mu: (a, s') flattened, [S, A * S']."""
+def version_cells(mdp: TabularMDP, pi: Array, mu: Array, vbar: Array, baseline: Array,
+                  clip: float = CLIP, mask_clip: float = MASK_CLIP) -> Cells:
+    """Cells of one behaviour version mu: (a, s') flattened, [S, A * S']. ``clip`` /
+    ``mask_clip``: the thresholds of the Z(s) fields (a checked estimator's claim)."""
     g = ex.transition_grid(mdp, pi, mu, vbar)
     S = mdp.num_states
-    z_t, _ = ex.z_and_clipped_policy(pi, mu, CLIP, "truncate")
-    z_m, _ = ex.z_and_clipped_policy(pi, mu, MASK_CLIP, "mask")
+    z_t, _ = ex.z_and_clipped_policy(pi, mu, clip, "truncate")
+    z_m, _ = ex.z_and_clipped_policy(pi, mu, mask_clip, "mask")
     v_mu = ex.policy_value(mdp, mu)
     b_star = ex.optimal_baseline(mdp, pi, mu, vbar)
 
@@ -76,10 +78,23 @@ def replay_cells(mdp: TabularMDP, pi: Array, mus: Array, mix: Array, vbar: Array
     return mix_cells(per_version, mix)
 
 
-def all_cells(p: Problem) -> tuple[Cells, Cells]:
+def all_cells(p: Problem, clip: float = CLIP, mask_clip: float = MASK_CLIP) -> tuple[Cells, Cells]:
     """(cells of every version [K, S, A*S'], replay-mixture cells [S, K*A*S'])."""
-    per_version = jax.vmap(lambda mu: version_cells(p.mdp, p.pi, mu, p.vbar, p.baselines[1]))(p.mus)
+    per_version = jax.vmap(lambda mu: version_cells(p.mdp, p.pi, mu, p.vbar, p.baselines[1], clip, mask_clip))(p.mus)
     return per_version, mix_cells(per_version, p.mix)
+
+
+def evaluate_joined(fn, *cell_sets: Cells) -> list[Array]:
+    """``fn`` (elementwise) on several cell sets of any shapes with ONE call, on their fields
+    flattened and joined: one traced evaluation instead of one per set. Returns one output
+    per set, of that set's shape."""
+    flat = jax.tree_util.tree_map(lambda *xs: jnp.concatenate([x.ravel() for x in xs]), *cell_sets)
+    y = fn(flat)
+    out, start = [], 0
+    for c in cell_sets:
+        out.append(y[start:start + c.rewards.size].reshape(c.rewards.shape))
+        start += c.rewards.size
+    return out
 
 
 def cell_moments(cells: Cells, y: Array) -> tuple[Array, Array]:

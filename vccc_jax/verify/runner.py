@@ -72,6 +72,14 @@ def _compile_group(spec, targets: tuple, num_samples: int):
     return compiled
 
 
+def group_keys(key: Array, groups: Sequence) -> list[tuple[Array, Array]]:
+    """(problem key, sampling key) per group: the derivation of ``run_verify`` (the third key
+    of ``split(key, 3)`` belongs to the V-trace section), shared by ``vccc verify --target``
+    so that a user's estimator meets exactly the problems and draws of the built-in rows."""
+    k_prob, k_samp, _ = jax.random.split(key, 3)
+    return list(zip(jax.random.split(k_prob, len(groups)), jax.random.split(k_samp, len(groups))))
+
+
 def check_targets(key: Array, problems: Sequence[Problem], targets: Sequence[TargetSpec],
                   num_samples: int) -> list[Row]:
     """Exact and sampled rows for the given one-step targets on batches of problems.
@@ -115,7 +123,6 @@ def run_verify(
         num_mdps = (96 if quick else 256) if num_mdps is None else num_mdps
         num_samples = (2048 if quick else 4096) if num_samples is None else num_samples
         groups = default_groups(num_mdps, quick)
-        k_prob, k_samp, _ = jax.random.split(key, 3)  # the third key belongs to vtrace_library
         log("groups: " + ", ".join(f"{g.kind} S={g.num_states} A={g.num_actions} x{g.num_mdps}" for g in groups))
         t0 = time.perf_counter()
         ctx = Context(key=key, quick=quick)
@@ -130,8 +137,7 @@ def run_verify(
             outs = []
             # Sequential on purpose: running jitted LAPACK calls from two threads at once can
             # deadlock jaxlib 0.10's CPU thread pool (see exact.solve_dominant).
-            for g, fut, kp, ks in zip(groups, compiled, jax.random.split(k_prob, len(groups)),
-                                      jax.random.split(k_samp, len(groups))):
+            for g, fut, (kp, ks) in zip(groups, compiled, group_keys(key, groups)):
                 p = make_problems_jit(kp, g)
                 keys = jax.random.split(ks, g.num_mdps)
                 outs.append(jax.tree_util.tree_map(np.asarray, fut.result()(p, keys)))

@@ -19,7 +19,8 @@ import numpy as np
 from vccc_jax.estimators import critic_targets as ct
 from vccc_jax.tabular import exact as ex
 from vccc_jax.verify import stats
-from vccc_jax.verify.cells import Cells, all_cells, cell_moments, draw
+from vccc_jax.verify.cells import Cells, all_cells, cell_moments, draw, evaluate_joined
+from vccc_jax.verify.contracts import INF, OneStepTarget
 from vccc_jax.verify.problems import (
     ALPHA,
     CLIP,
@@ -49,9 +50,12 @@ class Claims(NamedTuple):
     t_mask: Array
     z_replay: Array       # sum_k q_k sum_a min(c mu_k, pi)
     t_replay: Array       # T_pibar Vbar, pibar ∝ sum_k q_k min(c mu_k, pi)
+    problem: Problem      # the problem (for claims at other thresholds, ``verify.user``)
+    mix: Array            # [K, S] the version law of the cells: one-hot (a version) or q_k(s)
 
 
-def claims(p: Problem, version: int = -1) -> Claims:
+def claims(p: Problem, version: int = -1, replay: bool = False) -> Claims:
+    """Claims for the cells of behaviour version ``version`` (or of the replay mixture)."""
     mdp, pi, vbar = p.mdp, p.pi, p.vbar
     mu = p.mus[version]
     z_t, pit_t = truncated_policy(pi, mu, CLIP)
@@ -65,16 +69,21 @@ def claims(p: Problem, version: int = -1) -> Claims:
     return Claims(
         t_pi=T(pi), vbar=vbar, baseline=p.baselines[1],
         z_truncate=z_t, t_truncate=T(pit_t), z_mask=z_m, t_mask=T(pit_m),
-        z_replay=z_r, t_replay=T(m_replay / z_r[:, None]),
+        z_replay=z_r, t_replay=T(m_replay / z_r[:, None]), problem=p,
+        mix=p.mix if replay else jnp.broadcast_to(jax.nn.one_hot(version % NUM_VERSIONS, NUM_VERSIONS,
+                                                                 dtype=vbar.dtype)[:, None], p.mix.shape),
     )
 
 
 class TargetSpec(NamedTuple):
     """A one-step target and the conditional mean the method claims for it.
 
-    ``fn(cells) -> Y`` is elementwise over any shape; ``claimed(claims) -> [S]``;
-    ``source``: "stale" (the stalest version) or "replay" (the mixture of versions);
-    ``must_reject``: the claim is false (a negative control the tests must reject).
+    ``fn(cells) -> Y`` is elementwise over any shape (library and user targets alike enter
+    as a :class:`~vccc_jax.verify.contracts.OneStepTarget`: the registry's one-step
+    contract evaluated on the cells); ``claimed(claims) -> [S]``; ``source``: "stale" (the
+    stalest version) or "replay" (the mixture of versions); ``must_reject``: the claim is
+    false (a negative control the tests must reject); ``clip``: the threshold c of the
+    cells' Z(s) fields the target may read (``extras.z``).
     """
 
     name: str
@@ -83,6 +92,7 @@ class TargetSpec(NamedTuple):
     claimed: Callable[[Claims], Array]
     source: str = "stale"
     must_reject: bool = False
+    clip: float = CLIP
 
 
 def bellman_h(c: Cells) -> Array:
@@ -90,7 +100,12 @@ def bellman_h(c: Cells) -> Array:
 
 
 def default_targets() -> tuple[TargetSpec, ...]:
-    """Every one-step target of the estimator core, with its claimed conditional mean."""
+    """Every one-step target of the estimator core, with its claimed conditional mean.
+
+    Each target is the library function under the one-step contract
+    (:class:`~vccc_jax.verify.contracts.OneStepTarget`), exactly as ``vccc verify --target``
+    wraps a user's function: the baseline argument reads the named cell field.
+    """
     def t_pi(k):
         return k.t_pi
 
@@ -100,41 +115,25 @@ def default_targets() -> tuple[TargetSpec, ...]:
     def clipped_m(k):
         return k.vbar + k.z_mask * (k.t_mask - k.vbar)
 
-    def vccc(c, b):
-        return ct.vccc_target(c.rewards, c.discounts, c.values, c.next_values, c.log_rhos, b)
+    def lib(fn, clip=INF, baseline="baseline", **kw):
+        return OneStepTarget(fn, clip, tuple(kw.items()), baseline)
 
     return (
-        TargetSpec("uncorrected H vs T_pi", "Sec 1.3",
-                   lambda c: ct.uncorrected_target(c.rewards, c.discounts, c.next_values),
-                   t_pi, must_reject=True),
-        TargetSpec("VCCC, arbitrary b", "Eq 4/5", lambda c: vccc(c, c.baseline), t_pi),
-        TargetSpec("VCCC, b = V^mu (stale)", "Eq 4/5", lambda c: vccc(c, c.baseline_vmu), t_pi),
-        TargetSpec("VCCC, b = b*", "Eq 4/9", lambda c: vccc(c, c.baseline_star), t_pi),
-        TargetSpec("IW-TD (b = Vbar)", "Eq 8", lambda c: vccc(c, None), t_pi),
-        TargetSpec("clipped, truncate c=2", "Eq 10",
-                   lambda c: ct.clipped_target(c.rewards, c.discounts, c.values, c.next_values, c.log_rhos,
-                                               clip=CLIP, kind="truncate"),
-                   clipped_t),
-        TargetSpec("clipped, mask c=2", "Eq 10",
-                   lambda c: ct.clipped_target(c.rewards, c.discounts, c.values, c.next_values, c.log_rhos,
-                                               clip=MASK_CLIP, kind="mask"),
-                   clipped_m),
-        TargetSpec("naive clipped, arbitrary b", "Sec 4.2",
-                   lambda c: ct.naive_clipped_target(c.rewards, c.discounts, c.values, c.next_values,
-                                                     c.log_rhos, c.baseline, clip=CLIP),
+        TargetSpec("uncorrected H vs T_pi", "Sec 1.3", lib(ct.uncorrected_target), t_pi, must_reject=True),
+        TargetSpec("VCCC, arbitrary b", "Eq 4/5", lib(ct.vccc_target), t_pi),
+        TargetSpec("VCCC, b = V^mu (stale)", "Eq 4/5", lib(ct.vccc_target, baseline="baseline_vmu"), t_pi),
+        TargetSpec("VCCC, b = b*", "Eq 4/9", lib(ct.vccc_target, baseline="baseline_star"), t_pi),
+        TargetSpec("IW-TD (b = Vbar)", "Eq 8", lib(ct.vccc_target, baseline=None), t_pi),
+        TargetSpec("clipped, truncate c=2", "Eq 10", lib(ct.clipped_target, CLIP), clipped_t),
+        TargetSpec("clipped, mask c=2", "Eq 10", lib(ct.clipped_target, MASK_CLIP, kind="mask"), clipped_m),
+        TargetSpec("naive clipped, arbitrary b", "Sec 4.2", lib(ct.naive_clipped_target, CLIP),
                    lambda k: k.z_truncate * k.t_truncate + (1.0 - k.z_truncate) * k.baseline),
-        TargetSpec("Z-centred clipped, arbitrary b", "Sec 4.2",
-                   lambda c: ct.centered_clipped_target(c.rewards, c.discounts, c.values, c.next_values,
-                                                        c.log_rhos, c.baseline, c.z_truncate, clip=CLIP),
-                   clipped_t),
-        TargetSpec("VCCC over replay mixture", "Eq 6", lambda c: vccc(c, c.baseline), t_pi, source="replay"),
-        TargetSpec("clipped over replay mixture", "Eq 10/6",
-                   lambda c: ct.clipped_target(c.rewards, c.discounts, c.values, c.next_values, c.log_rhos,
-                                               clip=CLIP, kind="truncate"),
+        TargetSpec("Z-centred clipped, arbitrary b", "Sec 4.2", lib(ct.centered_clipped_target, CLIP), clipped_t),
+        TargetSpec("VCCC over replay mixture", "Eq 6", lib(ct.vccc_target), t_pi, source="replay"),
+        TargetSpec("clipped over replay mixture", "Eq 10/6", lib(ct.clipped_target, CLIP),
                    lambda k: k.vbar + k.z_replay * (k.t_replay - k.vbar), source="replay"),
-        TargetSpec("uncorrected over replay vs T_pi", "Eq 6",
-                   lambda c: ct.uncorrected_target(c.rewards, c.discounts, c.next_values),
-                   t_pi, source="replay", must_reject=True),
+        TargetSpec("uncorrected over replay vs T_pi", "Eq 6", lib(ct.uncorrected_target), t_pi, source="replay",
+                   must_reject=True),
     )
 
 
@@ -146,6 +145,8 @@ class TargetCheck(NamedTuple):
     valid: Array        # [n_targets, S] exact Var > 0 (else no z-score)
     gap: Array          # [n_targets, S] exact mean - claimed (stalest version / replay)
     ncp: Array          # [n_targets, S] N gap^2 / Var: non-centrality of z^2 (for power)
+    mean: Array         # [n_targets, K, S] exact E[Y | s] per version (replay targets: the replay's, repeated)
+    var: Array          # [n_targets, K, S] exact Var(Y | s), likewise
 
 
 def target_checks(key: Array, p: Problem, targets: Sequence[TargetSpec], num_samples: int) -> TargetCheck:
@@ -157,29 +158,36 @@ def target_checks(key: Array, p: Problem, targets: Sequence[TargetSpec], num_sam
     target on the sampled [S, N] batch, and z-score its mean against the claim using the
     exact variance.
     """
-    per_version, replay = all_cells(p)
     per_claims = jax.vmap(lambda k: claims(p, k))(jnp.arange(NUM_VERSIONS))
-    replay_claims = claims(p)
-    sources = {"stale": jax.tree_util.tree_map(lambda x: x[-1], per_version), "replay": replay}
-    keys = dict(zip(sources, jax.random.split(key)))
-    drawn = {}
+    replay_claims = claims(p, replay=True)
+    keys = dict(zip(("stale", "replay"), jax.random.split(key)))
+    built, drawn = {}, {}
     out = {f: [] for f in TargetCheck._fields}
     for t in targets:
-        if t.source not in drawn:
+        if t.clip not in built:  # one set of cells per Z threshold (the same draws for each)
+            per_version, replay = all_cells(p, t.clip, t.clip if t.clip >= 1 else MASK_CLIP)
+            built[t.clip] = per_version, {"stale": jax.tree_util.tree_map(lambda x: x[-1], per_version),
+                                          "replay": replay}
+        per_version, sources = built[t.clip]
+        replay = sources["replay"]
+        if (t.source, t.clip) not in drawn:
             cells = sources[t.source]
             idx = draw(keys[t.source], cells.prob, num_samples)
-            drawn[t.source] = jax.tree_util.tree_map(lambda x: jnp.take_along_axis(x, idx, axis=-1), cells)
-        sample = drawn[t.source]
+            drawn[t.source, t.clip] = jax.tree_util.tree_map(lambda x: jnp.take_along_axis(x, idx, axis=-1), cells)
+        sample = drawn[t.source, t.clip]
+        # one call of the (elementwise) target on the exact cells and the sample, joined
+        y, y_sample = evaluate_joined(t.fn, per_version if t.source == "stale" else replay, sample)
         if t.source == "stale":
-            means, vars_ = jax.vmap(lambda c: cell_moments(c, t.fn(c)))(per_version)
+            means, vars_ = jax.vmap(cell_moments)(per_version, y)
             claimed_all = jax.vmap(t.claimed)(per_claims)
             err = maxabs(means - claimed_all)
             mean, var, claimed = means[-1], vars_[-1], claimed_all[-1]
         else:
-            mean, var = cell_moments(replay, t.fn(replay))
+            mean, var = cell_moments(replay, y)
             claimed = t.claimed(replay_claims)
             err = maxabs(mean - claimed)
-        sample_mean = jnp.mean(t.fn(sample), axis=-1)
+            means, vars_ = (jnp.broadcast_to(x[None], (NUM_VERSIONS,) + x.shape) for x in (mean, var))
+        sample_mean = jnp.mean(y_sample, axis=-1)
         ok = var > 1e-20 * (1.0 + jnp.square(mean))
         safe_var = jnp.where(ok, var, 1.0)
         out["exact_error"].append(err)
@@ -187,6 +195,8 @@ def target_checks(key: Array, p: Problem, targets: Sequence[TargetSpec], num_sam
         out["valid"].append(ok)
         out["gap"].append(mean - claimed)
         out["ncp"].append(jnp.where(ok, num_samples * jnp.square(mean - claimed) / safe_var, 0.0))
+        out["mean"].append(means)
+        out["var"].append(vars_)
     return TargetCheck(**{f: jnp.stack(v) for f, v in out.items()})
 
 

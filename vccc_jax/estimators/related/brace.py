@@ -111,6 +111,8 @@ def _validate(log_rhos, discounts, rewards, values, bootstrap_value, is_action, 
             raise ValueError(f"{name} must be a floating-point array, got {jnp.result_type(x)}")
         if np.shape(x) != np.shape(values):
             raise ValueError(f"{name} has shape {np.shape(x)} but values has shape {np.shape(values)}")
+    if np.size(values) == 0:
+        raise ValueError(f"values must be non-empty (no zero-length axis), got shape {np.shape(values)}")
     if np.shape(bootstrap_value) != np.shape(values)[1:]:
         raise ValueError(f"bootstrap_value must have shape values.shape[1:] = {np.shape(values)[1:]}, "
                          f"got {np.shape(bootstrap_value)}")
@@ -242,7 +244,7 @@ def brace_reference(log_rhos, discounts, rewards, values, bootstrap_value, *, n,
     lr, d, r, v = (np.asarray(x, np.float64) for x in (log_rhos, discounts, rewards, values))
     num_t = len(v)
     act = np.ones(num_t, bool) if is_action is None else np.asarray(is_action, bool)
-    rho = np.exp(np.minimum(lr, 20.0))
+    rho = np.where(np.isnan(lr) | (lr == np.inf), 0.0, np.exp(np.minimum(lr, 20.0)))  # safe_ratios
     rho_c = np.where(act, rho if clip_rho_threshold is None else np.minimum(rho, clip_rho_threshold), 1.0)
     c = np.where(act, rho if clip_c_threshold is None else np.minimum(rho, clip_c_threshold), 1.0)
     next_v = np.append(v[1:], float(bootstrap_value))

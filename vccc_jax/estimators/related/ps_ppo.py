@@ -44,6 +44,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from vccc_jax.estimators.importance import safe_ratios
+
 Array = chex.Array
 LAW_KINDS = ("full", "uniform", "mixture", "geometric")
 
@@ -137,7 +139,7 @@ def ppo_token_loss(log_pi: Array, log_mu: Array, advantages: Array, weights: Arr
     per-trajectory normalisation): -sum_t w_t min(r A, clip(r) A), summed over time, [B].
     ``advantages`` broadcast against log_pi (e.g. [1, B] for sequence-level)."""
     chex.assert_equal_shape([log_pi, log_mu, weights])
-    ratio = jnp.exp(log_pi - jax.lax.stop_gradient(log_mu))
+    ratio = safe_ratios(log_pi - jax.lax.stop_gradient(log_mu))  # 0 for -inf / +inf / NaN
     surr = ratio * advantages
     if clip_eps is not None:
         surr = jnp.minimum(surr, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)

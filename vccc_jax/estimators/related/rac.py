@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vccc_jax.estimators.importance import safe_ratios
 from vccc_jax.estimators.vtrace import vtrace
 
 Array = chex.Array
@@ -79,21 +80,29 @@ def channel_residuals(log_rhos: Array, discounts: Array, rewards: Array, values:
                       clip_c_threshold: Optional[float] = 1.0) -> Array:
     """Unclipped residual of one channel: (r_c,t + gamma_t v_c,t+1 - V_c(s_t)), [T, ...].
 
-    v_c are the V-trace targets of the channel (Eq 11 with its rewards and values). The
-    policy-gradient clip is *not* applied here: RAC applies min(cbar, rho) when the residual
-    is injected (:func:`inject`), with the ratio of that step.
+    v_c are the V-trace targets of the channel (Eq 11 with its rewards and values;
+    v_c,T = ``bootstrap_value``). The policy-gradient clip is *not* applied here: RAC applies
+    min(cbar, rho) when the residual is injected (:func:`inject`), with the ratio of that
+    step. The residual is formed directly from the targets, never by dividing a weighted
+    advantage by rho_t, so it does not depend on log rho_t at all and stays exact for any
+    log-ratio (-inf, beyond the overflow guard, NaN); later log-ratios enter only through
+    v_c,t+1 (``importance.safe_ratios`` semantics).
     """
     out = vtrace(log_rhos, discounts, rewards, values, bootstrap_value, lambda_=lambda_,
                  clip_rho_threshold=clip_rho_threshold, clip_c_threshold=clip_c_threshold,
                  clip_pg_rho_threshold=None)
-    return out.pg_advantages / jnp.exp(log_rhos)
+    vs_next = jnp.concatenate([out.vs[1:], jnp.asarray(bootstrap_value, out.vs.dtype)[None]])
+    return jax.lax.stop_gradient(rewards + discounts * vs_next - values)
 
 
 def inject(residuals: Array, log_rhos: Array, weight, *,
            clip_pg_rho_threshold: Optional[float] = 1.0) -> Array:
-    """weight * min(cbar, exp(log_rhos)) * residuals: one (clipped) reinjection. [same shape]"""
+    """weight * min(cbar, rho) * residuals: one (clipped) reinjection. [same shape]
+
+    rho = ``importance.safe_ratios(log_rhos)``: 0 for a log-ratio of -inf, +inf or NaN,
+    e^MAX_LOG_RHO above the overflow guard."""
     chex.assert_equal_shape([residuals, log_rhos])
-    rho = jnp.exp(log_rhos)
+    rho = safe_ratios(log_rhos)
     if clip_pg_rho_threshold is not None:
         rho = jnp.minimum(rho, clip_pg_rho_threshold)
     return jax.lax.stop_gradient(weight * rho * residuals)

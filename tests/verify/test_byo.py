@@ -1,0 +1,263 @@
+"""`vccc verify --target` / `verify.check`: the library's estimators pass through the user entry
+point with the built-in rows' numbers, a gallery of wrong estimators is flagged with the right
+diagnosis, the examples/ module runs through the CLI, and bad targets are one line, status 2.
+
+Cost: every target of one kind shares one compiled graph (``verify.check_all``), on one small
+problem group (16 episodic MDPs, the first kind of the quick verify groups); fixed keys; the
+exact rows are float64 closed forms, the sampled rows' level is 0.1% (verify.problems.ALPHA).
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vccc_jax import estimators as E
+from vccc_jax import testing
+from vccc_jax import verify as V
+from vccc_jax.commands import verify as cmd
+from vccc_jax.verify import user as U
+from vccc_jax.verify.runner import group_keys
+
+ROOT = Path(__file__).resolve().parents[2]
+GALLERY_PATH = Path(__file__).with_name("wrong_estimators.py")
+EXAMPLE = "examples/my_estimators.py"
+GROUP = V.GroupSpec("episodic", 4, 2, 16)
+SAMPLES = 1024
+KEY = jax.random.PRNGKey(0)
+
+spec = importlib.util.spec_from_file_location("wrong_estimators", GALLERY_PATH)
+wrong = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(wrong)
+
+NO_CLIP = dict(clip_rho_threshold=None, clip_c_threshold=None, clip_pg_rho_threshold=None)
+LIB, CT = "vccc_jax.estimators:", "vccc_jax.estimators:CRITIC_TARGETS."
+# (--target, claim, kwargs, passes, diagnosis fragment when it must fail)
+LIBRARY = (
+    (LIB + "vccc_target", "vpi", {}, True, None),
+    (LIB + "clipped_target", "clipped:2", {}, True, None),
+    (LIB + "clipped_target", "masked:2", {"kind": "mask"}, True, None),
+    (LIB + "centered_clipped_target", "clipped:2", {}, True, None),
+    (LIB + "uncorrected_target", "vpi", {}, False, "the uncorrected target"),
+    (LIB + "naive_clipped_target", "clipped:2", {}, False, "naive-baseline leak (1 - Z) b"),
+    (CT + "vccc", "vpi", {}, True, None),
+    (CT + "vccc_bstar", "vpi", {}, True, None),
+    (CT + "masked", "masked:2", {}, True, None),
+    (LIB + "vtrace", "clipped:1", {}, True, None),   # the library defaults: rho_bar = c_bar = pg_rho_bar = 1
+    (LIB + "vtrace_associative", "vpi", dict(NO_CLIP, lambda_=0.9), True, None),
+    (LIB + "policy_loss", "vpi", {}, True, None),
+    (LIB + "policy_loss", "clipped:2", {"kind": "truncate"}, True, None),
+)
+EXAMPLES = (("corrected_target", "vpi", True),)
+
+
+@pytest.fixture(scope="module")
+def reports():
+    """Gallery, library and example targets: one graph per kind (one-step, sequence, actor)."""
+    targets = [U.Target(getattr(wrong, name), claim=claim) for name, claim, _, _ in wrong.GALLERY]
+    targets += [U.Target(fn, claim=claim, kwargs=kw) for fn, claim, kw, _, _ in LIBRARY]
+    targets += [U.Target(f"{ROOT / EXAMPLE}:{name}", claim=claim) for name, claim, _ in EXAMPLES]
+    targets += [U.Target(wrong.truncated_at_1_5, claim="any")]
+    out = V.check_all(targets, key=KEY, groups=(GROUP,), num_samples=SAMPLES)
+    n, m = len(wrong.GALLERY), len(LIBRARY)
+    return out[:n], out[n:n + m], out[n + m:n + m + len(EXAMPLES)], out[-1]
+
+
+def _failing(report):
+    return [r for r in report.rows if not r.passed]
+
+
+@pytest.mark.parametrize("i", range(len(wrong.GALLERY)), ids=[g[0] for g in wrong.GALLERY])
+def test_gallery_is_flagged_with_the_right_diagnosis(reports, i):
+    name, claim, row, diagnosis = wrong.GALLERY[i]
+    report = reports[0][i]
+    assert not report.passed, report.format()
+    assert any(row in r.name for r in _failing(report)), report.format()
+    assert any(diagnosis in d for d in report.diagnosis), report.format()
+    # A mean diagnosis is an exact least-squares match, not a "closest" guess.
+    assert not any("no known closed form" in d for d in report.diagnosis), report.format()
+
+
+@pytest.mark.parametrize("name", ["uncorrected", "ratio_on_baseline_only", "rho_not_rho_minus_one"])
+def test_sampled_rows_reject_a_biased_mean(reports, name):
+    """The sampled half has power: a target whose mean is off by O(1) fails its z-score row
+    (many |z| > 3.29), as the exact row does."""
+    i = [g[0] for g in wrong.GALLERY].index(name)
+    sampled = [r for r in reports[0][i].rows if r.kind == "sampled"]
+    assert sampled and not sampled[0].passed and sampled[0].error > 0.05, reports[0][i].format()
+
+
+def test_gallery_covers_every_kind_and_bug_class(reports):
+    assert len(wrong.GALLERY) >= 8
+    assert {r.kind for r in reports[0]} == {"one-step", "sequence", "actor"}
+
+
+@pytest.mark.parametrize("i", range(len(LIBRARY)), ids=[f"{t[0].split(':')[1]}-{t[1]}" for t in LIBRARY])
+def test_library_estimators_through_the_user_entry_point(reports, i):
+    fn, claim, kw, passes, diagnosis = LIBRARY[i]
+    report = reports[1][i]
+    assert report.passed == passes, report.format()
+    if passes:
+        assert report.diagnosis and ("no bias" in report.diagnosis[0] or "unbiased" in report.diagnosis[0]
+                                     or "for any state baseline" in report.diagnosis[0]), report.format()
+        exact = [r for r in report.rows if r.kind == "exact" and r.tolerance < 1.0]
+        assert exact and max(r.error for r in exact) <= 1e-8
+    else:
+        assert any(diagnosis in d for d in report.diagnosis), report.format()
+
+
+def test_same_numbers_as_the_built_in_rows(reports):
+    """The user path and ``check_targets`` (the built-in rows' machinery) on the same problem
+    and keys give identical exact errors and identical sampled statistics."""
+    names = ("VCCC, arbitrary b", "VCCC over replay mixture", "clipped, truncate c=2", "clipped over replay mixture",
+             "clipped, mask c=2", "Z-centred clipped, arbitrary b")
+    specs = tuple(t for t in V.DEFAULT_TARGETS if t.name in names)
+    with jax.enable_x64(True):
+        kp, _ = group_keys(KEY, (GROUP,))[0]
+        problems = [V.make_problems_jit(kp, GROUP)]
+    builtin = {(r.kind, r.name.split(": mean")[0]): r
+               for r in V.check_targets(jax.random.split(KEY, 3)[1], problems, specs, SAMPLES)}
+    lib = reports[1]
+    pairs = ((lib[0], "VCCC, arbitrary b", "VCCC over replay mixture"),
+             (lib[6], "VCCC, arbitrary b", "VCCC over replay mixture"),
+             (lib[1], "clipped, truncate c=2", "clipped over replay mixture"),
+             (lib[2], "clipped, mask c=2", None), (lib[3], "Z-centred clipped, arbitrary b", None))
+    for report, stale, replay in pairs:
+        mine = [r for r in report.rows if "E[Y|s] =" in r.name or r.kind == "sampled"]
+        for r in mine:
+            name = stale if "(replay)" not in r.name else replay
+            if name is None:
+                continue
+            ref = builtin[(r.kind, name)]
+            assert r.error == ref.error and r.mdps == ref.mdps, (r, ref)
+            if r.kind == "sampled":
+                assert r.detail == ref.detail and r.tolerance == ref.tolerance
+
+
+def test_claim_any_names_the_closed_form(reports):
+    """``--claim any``: a target clipped at 1.5 passes because its mean IS a known closed form
+    (Eq 10 at c = 1.5); the report still shows its bias against T_pi Vbar."""
+    report = reports[3]
+    assert report.passed, report.format()
+    assert "clipping to pitilde ∝ min(c mu, pi) at c=1.5" in report.diagnosis[0]
+    mean_row = next(r for r in report.rows if "E[Y|s] = T_pi Vbar" in r.name)
+    assert mean_row.error > 1e-3 and "no claim (any)" in mean_row.detail
+
+
+def test_example_module_through_the_cli(reports, monkeypatch, tmp_path, capsys):
+    """examples/my_estimators.py through ``vccc verify --target --quick``: the clipped target
+    fails with the naive-baseline diagnosis (exit 1, JSON report); the correct one passes (in
+    the fixture, same machinery). The quick groups are swapped for the fixture's group, whose
+    problems are already compiled (the quick groups' two shapes cost 13 s more CPU; the
+    multi-group rows are exercised by the docs run, docs/verify_your_estimator.md)."""
+    assert reports[2][0].passed, reports[2][0].format()
+    monkeypatch.setattr(U, "default_groups", lambda num_mdps, quick: (GROUP,))
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "report.json"
+    from vccc_jax import cli
+
+    status = cli.main(["verify", "--target", f"{EXAMPLE}:clipped_with_baseline", "--claim", "clipped:2", "--quick",
+                       "--samples", str(SAMPLES), "--json", str(path)])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "naive-baseline leak (1 - Z) b" in out and "FAIL" in out and "DIAGNOSIS" in out
+    doc = json.loads(path.read_text())
+    assert doc["all_passed"] is False and doc["kind"] == "one-step" and doc["claim"] == "clipped:2"
+    assert any("naive-baseline" in d for d in doc["diagnosis"])
+    rows = {r["name"]: r for r in doc["rows"]}
+    mean = rows["clipped_with_baseline: E[Y|s] = Vbar + Z (T_pit Vbar - Vbar)"]
+    assert mean["mdps"] == GROUP.num_mdps and not mean["passed"] and mean["error"] > 1e-3
+    assert "episodic4x2#" in mean["detail"]
+
+
+def _bad(*args, **kw):  # noqa: ARG001
+    raise ValueError("bad")
+
+
+def impure_counter():
+    calls = []
+
+    def target(rewards, discounts, next_values):
+        calls.append(1)
+        return jax.lax.stop_gradient(rewards + discounts * next_values + len(calls))
+
+    return target
+
+
+def batch_normalised(rewards, discounts, values, next_values, log_rhos):
+    y = rewards + discounts * next_values
+    return jax.lax.stop_gradient(y - jnp.mean(y))
+
+
+def not_jittable(rewards, discounts, next_values):
+    return rewards + discounts * next_values if float(jnp.sum(rewards)) > -1e9 else rewards
+
+
+def wrong_shape(rewards, discounts, next_values):
+    return jnp.sum(rewards + discounts * next_values, axis=-1)
+
+
+def float32(rewards, discounts, next_values):
+    return (rewards + discounts * next_values).astype(jnp.float32)
+
+
+def needs_more(rewards, discounts, next_values, temperature):
+    return rewards
+
+
+@pytest.mark.parametrize("target, needle", [
+    (impure_counter(), "is not pure"),
+    (batch_normalised, "is not elementwise"),
+    (not_jittable, "under jax.jit raised"),
+    (wrong_shape, "returned shape (6,)"),
+    (float32, "float32"),
+    (needs_more, "required argument 'temperature'"),
+    (lambda x: x, "cannot infer --kind"),
+    (_bad, "cannot infer --kind"),
+])
+def test_bad_targets_raise_one_line(target, needle):
+    with pytest.raises(V.TargetError) as e:
+        V.check(target, groups=(GROUP,))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--target", "no_such_module_xyz:f"], "cannot import no_such_module_xyz"),
+    (["--target", "vccc_jax.estimators:no_such"], "has no no_such"),
+    (["--target", "vccc_jax.estimators"], "module:function"),
+    (["--target", f"{GALLERY_PATH}:uncorrected", "--claim", "clipped:x"], "--claim"),
+    (["--target", f"{GALLERY_PATH}:uncorrected", "--kw", "=3"], "--kw"),
+    (["--target", f"{GALLERY_PATH}:uncorrected", "--kind", "actor"], "actor weight"),
+    (["--target", "vccc_jax.estimators:CRITIC_TARGETS.vtrace"], "has no shared sequence function"),
+    (["--claim", "vpi"], "need --target"),
+])
+def test_cli_bad_targets_are_one_line_status_2(argv, needle, capsys):
+    assert cmd.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vccc verify: ") and needle in err[0], err
+
+
+def test_pytest_helpers(reports, monkeypatch):
+    """assert_unbiased_* return the report or raise AssertionError with the diagnosis (the
+    check itself is stubbed with the fixture's reports: the graphs are tested above)."""
+    lib = reports[1]
+    monkeypatch.setattr(testing, "check", lambda fn, **kw: lib[0] if fn is E.vccc_target else lib[4])
+    assert testing.assert_unbiased_target(E.vccc_target) is lib[0]
+    with pytest.raises(AssertionError, match="the uncorrected target"):
+        testing.assert_unbiased_target(E.uncorrected_target)
+    with pytest.raises(TypeError, match="assert_unbiased_actor"):
+        testing.assert_unbiased_target(E.policy_loss)
+    monkeypatch.setattr(testing, "check", lambda fn, **kw: reports[1][11])
+    assert testing.assert_unbiased_actor(E.policy_loss).passed
+
+
+def test_report_json_is_strict(reports):
+    doc = reports[0][0].as_dict()
+    text = json.dumps(doc, allow_nan=False)
+    assert json.loads(text)["passed"] is False
+    var = next(r for r in doc["rows"] if "Var" in r["name"])
+    assert var["tolerance"] == "inf" and np.isfinite(var["error"])
