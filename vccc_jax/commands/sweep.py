@@ -352,7 +352,6 @@ def _actor_map(exp, args, t0: float) -> int:
 
         out = Path(args.figures) / exp.name
         paths = save(fig_actor_map(rows, "eq12"), out / "actor_map_eq12")
-        paths += save(fig_actor_map(rows, "pg"), out / "actor_map_pg")
         print(f"figures: {', '.join(map(str, paths))}")
     return 0
 

@@ -114,10 +114,10 @@ def row_is_exact(kind: str, env, row: str) -> bool:
 
 def behaviour_log_probs(logits: Array, temperature, top_p) -> Array:
     """log mu [..., A] of the sampler: temperature, then top-p (``envs.samplers``'s order and
-    nucleus rule; both traced: top_p = 1 keeps every token). -inf off the support."""
+    nucleus rule, ties cut by position; both traced: top_p = 1 keeps every token). -inf off the support."""
     z = logits / temperature
-    thr = samplers._top_p_threshold(z, top_p)
-    z = jnp.where((top_p < 1.0) & (z < thr), -jnp.inf, z)
+    keep = samplers._top_p_keep(z, top_p, "position")
+    z = jnp.where((top_p < 1.0) & ~keep, -jnp.inf, z)
     return jax.nn.log_softmax(z, axis=-1)
 
 

@@ -74,16 +74,18 @@ def cells(exp: Experiment) -> list[dict]:
 
     out = []
     for study in g.studies:
+        rows, lags = (g.train_rows or g.rows, g.train_lags or g.lags) if study == "train" else (
+            g.rows, g.lags)
         for name in g.tasks:
             if study == "train" and not {**TASK_DEFAULTS, **tasks[name]}["train"]:
                 continue
-            for row in g.rows:
+            for row in rows:
                 spec = actor_registry.get_actor_correction(row)
                 per_state = spec.level != "sequence" and (
                     tasks[name]["kind"] == "token" or tasks[name].get("horizon") is None)
                 cell = dict(study=study, task=tasks[name], row=spec.name,
                             row_params=spec.resolve(b["row_params"].get(row)),
-                            lags=[int(x) for x in g.lags], samplers=list(g.samplers),
+                            lags=[int(x) for x in lags], samplers=list(g.samplers),
                             seed=b["seed"], num_seeds=b["num_seeds"],
                             temperature=b["temperature"], top_p=b["top_p"],
                             critic_clip=b["critic_clip"], vtrace_rhobar=b["vtrace_rhobar"],
@@ -111,7 +113,7 @@ def validate(exp: Experiment) -> list[dict]:
             raise ValueError(f"{where}: {key} must be a non-empty list of {list(known)}; bad: {bad}")
     if not g.rows:
         raise ValueError(f"{where}: grid.rows must be a non-empty list of actor rows")
-    for row in g.rows:
+    for row in [*g.rows, *g.train_rows]:
         try:
             actor_registry.get_actor_correction(row).resolve(b.row_params.get(row))
         except ValueError as e:
@@ -121,8 +123,9 @@ def validate(exp: Experiment) -> list[dict]:
             actor_registry.get_actor_correction(row).resolve(params)
         except ValueError as e:
             raise ValueError(f"{where}: base.row_params.{row}: {e}") from None
-    if not g.lags or min(g.lags) < 0 or sorted(set(g.lags)) != list(g.lags):
-        raise ValueError(f"{where}: grid.lags must be increasing integers >= 0, got {g.lags}")
+    for key, lags in (("grid.lags", g.lags), ("grid.train_lags", g.train_lags or [0])):
+        if not lags or min(lags) < 0 or sorted(set(lags)) != list(lags):
+            raise ValueError(f"{where}: {key} must be increasing integers >= 0, got {lags}")
     for key in ("num_seeds", "train_updates"):
         if getattr(b, key) < 1:
             raise ValueError(f"{where}: base.{key} must be >= 1, got {getattr(b, key)}")

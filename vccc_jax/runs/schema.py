@@ -524,6 +524,8 @@ class ActorMapGrid:
     lags: list = _f(list, [0, 1, 4, 16, 64, 256], item=int)
     samplers: list = _f(list, ["temperature", "top_p"], item=str)
     studies: list = _f(list, ["exact", "train"], item=str)
+    train_rows: list = _f(list, [], item=str)   # rows of the train study ([]: grid.rows)
+    train_lags: list = _f(list, [], item=int)   # lags of the train study ([]: grid.lags)
 
 
 # ---------------------------------------------------------------------------- experiment
