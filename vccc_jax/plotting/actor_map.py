@@ -2,7 +2,7 @@
 
 Rows: actor corrections; columns: task x sampler; colour: the largest lag at which the exact
 expected update's cosine to the reference stays >= ``threshold`` (``analysis.actor_map``),
-each cell annotated 'L_0.9 / L_0.5'. Grey 'n/a': no closed form on that task (never sampled).
+each cell annotated with L_0.9 over L_0.5. Grey 'n/a': no closed form on that task (never sampled).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def fig_actor_map(rows: list[dict], reference: str = "eq12", thresholds=THRESHOL
     idx = {(r["task"], r["sampler"], r["row"], r["critic"]): r for r in ok}
     cols = [(t, s) for t in tasks for s in samplers]
     cmap = ListedColormap(plt.get_cmap("viridis")(np.linspace(0.05, 0.95, len(levels))))
+    cmap.set_bad("white")  # a cell not in the store (yet): blank
     norm = BoundaryNorm(np.arange(len(levels) + 1) - 0.5, cmap.N)
     ncol = 2 if len(critics) > 1 else 1
     nrow = -(-len(critics) // ncol)
@@ -59,10 +60,10 @@ def fig_actor_map(rows: list[dict], reference: str = "eq12", thresholds=THRESHOL
                 if r is None:
                     continue
                 grid[i, j] = levels.index(r[f"lag_{reference}_{thresholds[0]}"])
-                text = "/".join(format_lag(r[f"lag_{reference}_{t}"], max_lag) for t in thresholds)
-                ax.text(j, i, text, ha="center", va="center", fontsize=4.6,
+                text = "\n".join(format_lag(r[f"lag_{reference}_{t}"], max_lag) for t in thresholds)
+                ax.text(j, i, text, ha="center", va="center", fontsize=4.2, linespacing=0.95,
                         color="white" if grid[i, j] < len(levels) / 2 else "black")
-        ax.imshow(np.where(np.isnan(grid), -1, grid), cmap=cmap, norm=norm, aspect="auto")
+        ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
         for i, row in enumerate(actor_rows):
             for j, (task, sampler) in enumerate(cols):
                 if (task, row) in na:
@@ -70,7 +71,8 @@ def fig_actor_map(rows: list[dict], reference: str = "eq12", thresholds=THRESHOL
                     ax.text(j, i, "n/a", ha="center", va="center", fontsize=4.6, zorder=3,
                             color="#555555")
         ax.set_xticks(range(len(cols)),
-                      [f"{t}\n{SAMPLER_LABEL.get(s, s)}" for t, s in cols], fontsize=5.2)
+                      [f"{t}, {SAMPLER_LABEL.get(s, s)}" for t, s in cols], fontsize=4.8,
+                      rotation=30, ha="right", rotation_mode="anchor")
         ax.set_yticks(range(len(actor_rows)), actor_rows, fontsize=6)
         ax.set_title(f"critic: {CRITIC_LABEL.get(critic, critic)}")
         ax.grid(False)
@@ -81,8 +83,8 @@ def fig_actor_map(rows: list[dict], reference: str = "eq12", thresholds=THRESHOL
     bar = fig.colorbar(sm, ax=axes, shrink=0.6, ticks=range(len(levels)))
     bar.ax.set_yticklabels([format_lag(v, max_lag) for v in levels], fontsize=6)
     bar.set_label(f"largest lag with cos >= {thresholds[0]}", fontsize=7)
-    fig.suptitle(f"Staleness tolerance of the exact expected actor update, cosine to the "
-                 f"{REFERENCES[reference]}; cell: lag at cos >= "
-                 + " / ".join(str(t) for t in thresholds) + " ('-': fails at lag 0)",
-                 fontsize=7.5)
+    fig.suptitle(f"Staleness tolerance of the exact expected actor update: cosine to the "
+                 f"{REFERENCES[reference]}\ncell: largest lag with cos >= "
+                 + " (top) / ".join(str(t) for t in thresholds) + " (bottom) ('-': fails at the smallest lag; "
+                 "grey: no closed form)", fontsize=7)
     return fig
