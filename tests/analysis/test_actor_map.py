@@ -58,3 +58,18 @@ def test_paired_records_hand_numbers():
     assert any("na" in a for a in aucs)
     table = AM.auc_markdown(rows, "tok", "temperature", [16])
     assert "| seq_tis | n/a | n/a |" in table and "| ratio |" in table
+
+
+def test_auc_records_iqm_leaves_out_degenerate_instances():
+    """IQM = scipy's 25%-trimmed mean of the finite seeds (an instance with J* = J(pi_0) has
+    AUC NaN); the paired control mean leaves the NaN pair out too."""
+    x = np.array([0.31, np.nan, 0.52, 0.47, 0.12, 0.66, 0.40, 0.58, 0.25])
+    auc = np.stack([x, x + 0.01], -1)[:, None, None, :]
+    (unc, vccc) = AM.auc_records([_train_row("tok", "ratio", auc)])
+    finite = x[np.isfinite(x)]
+    assert unc["n"] == 8 and unc["iqm"] == pytest.approx(stats.trim_mean(finite, 0.25), abs=1e-12)
+    assert unc["lo"] <= unc["iqm"] <= unc["hi"]
+    assert unc["final"] == pytest.approx(finite.mean(), abs=1e-12)
+    (r,) = AM.paired_records([_train_row("tok", "ratio", auc)])
+    assert r["n"] == 8 and r["control_auc"] == pytest.approx(finite.mean(), abs=1e-12)
+    assert r["point"] == pytest.approx(0.01, abs=1e-12) and r["frac_better"] == 1.0

@@ -10,7 +10,8 @@ has no closed form on its task holds ``{"na": reason}``.
   critic, lag) and the tolerance lags of the seed-mean cosine curves, for Eq 12 and for the
   true policy gradient.
 * :func:`auc_records`: normalised return AUC per (task, sampler, row, critic, lag): IQM with a
-  stratified-bootstrap CI over seeds (``analysis.seeds``).
+  stratified-bootstrap CI over seeds (``analysis.seeds``); an instance whose initial policy is
+  already optimal (J* = J(pi_0): AUC NaN) is left out and ``n`` counts the rest.
 * :func:`paired_records`: per-seed paired differences of a critic's AUC against the
   uncorrected critic's (same seeds): mean with a bootstrap CI and the two-sided Wilcoxon
   signed-rank p-value (``analysis.seeds.paired_difference``).
@@ -132,11 +133,12 @@ def auc_records(rows: list[dict], level: float = CI_LEVEL) -> list[dict]:
             for i, lag in enumerate(c["lags"]):
                 for k, critic in enumerate(m["critics"]):
                     x = auc[:, j, i, k]
-                    p, lo, hi = stratified_bootstrap_ci(x, level=level)
+                    ok = np.isfinite(x)  # NaN: an instance with J* = J(pi_0) (no gap to close)
+                    p, lo, hi = (stratified_bootstrap_ci(x[ok], level=level) if ok.any()
+                                 else (np.nan,) * 3)
                     out.append(dict(task=task, sampler=sampler, row=row, critic=critic,
-                                    lag=int(lag), iqm=p, lo=lo, hi=hi, n=int(x.size),
-                                    final=float(np.mean(final[:, j, i, k])),
-                                    per_seed=x.tolist()))
+                                    lag=int(lag), iqm=p, lo=lo, hi=hi, n=int(ok.sum()),
+                                    final=_mean(final[:, j, i, k]), per_seed=x.tolist()))
     return out
 
 
@@ -155,7 +157,7 @@ def paired_records(rows: list[dict], control: str = "uncorrected",
         if critic == control or ref is None:
             continue
         d = paired_difference(r["per_seed"], ref["per_seed"], level=level)
-        base = float(np.mean(ref["per_seed"]))
+        base = _mean(ref["per_seed"])
         out.append(dict(task=task, sampler=sampler, row=row, lag=lag, critic=critic,
                         control_auc=base, treated_auc=float(np.mean(r["per_seed"])),
                         relative=d["point"] / base if base else float("nan"), **d))
