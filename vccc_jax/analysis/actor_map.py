@@ -217,8 +217,8 @@ def at_lag_markdown(rows: list[dict], task: str, sampler: str, lag: int) -> str:
             and r["sampler"] == sampler and r["lag"] == lag]
     critics = _rows_in_order(recs, "critic")
     idx = {(r["row"], r["critic"]): r for r in recs}
-    head = ("| actor row | " + " | ".join(f"{CRITIC_LABEL.get(c, c)}: Eq 12 | {c}: PG"
-                                         for c in critics) + " |")
+    head = ("| actor row | " + " | ".join(f"{CRITIC_LABEL.get(c, c)}: Eq 12 | "
+                                         f"{CRITIC_LABEL.get(c, c)}: PG" for c in critics) + " |")
     lines = [head, "|---" * (2 * len(critics) + 1) + "|"]
     for row in [x for x in actor_rows(rows) if any(r["row"] == x for r in recs)]:
         cells = []

@@ -1,7 +1,10 @@
 """The staleness-tolerance map of the actor-correction table x the critic corrections (issue 21,
 parts 2-3; kind ``actor_map``, ``experiments/actor_map.toml``, ``experiments/actor_map_regime.toml``).
 
-    vccc sweep --config experiments/actor_map.toml            # resumable; --shards N to scale out
+    vccc sweep --config experiments/actor_map.toml            # resumable
+    vccc sweep --config experiments/actor_map.toml --shard 3/8   # one shard (any scheduler)
+
+Results and the reduced / full / part-3 settings: docs/actor_map.md.
 
 Problems (float64). Task table ``t`` of ``[[base.tasks]]``, instance m = 0..num_seeds-1:
 ``tabular.mdp.random_mdp(fold_in(PRNGKey(seed), m), 1, ...)`` (kind tabular) or
@@ -17,7 +20,8 @@ Studies (one store row per (study, task, row); lags x samplers x seeds x critics
   policy gradient, and its drift / critic / weight / state decomposition
   (``envs.actor_map.lane_update``). A row with no closed form on the task (a sequence row at
   a long or infinite horizon) is stored as ``{"na": ...}``, never sampled.
-* ``train``: whole runs of ``train_updates`` exact expected updates from the instance's initial
+* ``train`` (rows ``grid.train_rows``, lags ``grid.train_lags``; empty: the exact study's):
+  whole runs of ``train_updates`` exact expected updates from the instance's initial
   logits at learning rate ``lr`` (``envs.actor_map_train.train_run``): normalised return AUC,
   final normalised return, the return curve (33 points), mean cosines along the run and, with
   ``train_decomposition``, the time-averaged bias parts (as ``analysis.async_ac``: mean
