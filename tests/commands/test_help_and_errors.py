@@ -102,6 +102,8 @@ CASES = [
     ("train", ["--critic", "clipped"], None, "clipped"),
     ("train", ["--seeds", "many"], None, "--seeds"),
     ("train", ["--config", "{tmp}/x.toml"], None, "not found"),
+    ("train", ["--track", "wandb"], None, "--track must be none"),
+    ("train", ["--dry-run"], None, "--dry-run sizes a grid"),
     ("train", ["--config", "{toml}"], _with(TRAIN, "base", num_envs="four"),
      "base.num_envs must be an integer, got 'four'"),
     ("train", ["--config", "{toml}"], _with(TRAIN, "base", normalize_advantages=3),

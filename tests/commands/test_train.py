@@ -16,6 +16,7 @@ from vccc_jax.analysis.train import summarize
 from vccc_jax.commands import train as cmd
 from vccc_jax.runs import schema
 from vccc_jax.runs import train as run_lib
+from vccc_jax.runs.tracking import read_events
 from vccc_jax.train.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,9 +45,17 @@ def _final_state(out, cfg):
 def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys):
     """One real run; resuming after kills and Ctrl-C is tests/train/test_checkpoint_kill.py."""
     out = tmp_path / "run"
-    argv = TINY + ["--out", str(out), "--checkpoint-every", "2", "--devices", "1"]
+    argv = TINY + ["--out", str(out), "--checkpoint-every", "2", "--devices", "1",
+                   "--track", "tensorboard"]
     assert cmd.main(argv) == 0
     rows = list(csv.DictReader(open(out / "metrics.csv")))
+    # --track tensorboard: the mean over seeds of each metric at each update
+    events = read_events(next((out / "tensorboard").glob("events.*")))
+    logged = {step: v for step, tag, v, plugin in events if tag == "return" and not plugin}
+    assert sorted(logged) == [0, 1, 2, 3]
+    for u in range(4):
+        want = np.mean([float(r["return"]) for r in rows if int(r["update"]) == u])
+        np.testing.assert_allclose(logged[u], want, rtol=1e-6)
     assert len(rows) == 4 * 2  # 4 updates x 2 seeds, one row each
     assert {r["seed"] for r in rows} == {"0", "1"}
     assert [int(r["env_steps"]) for r in rows[::2]] == [128, 256, 384, 512]
@@ -149,6 +158,9 @@ def test_grid_is_resumable_and_tabulated(tmp_path, monkeypatch, capsys):
                                "base": {"total_timesteps": 1024, "num_seeds": 3},
                                "grid": {"lag": ["fixed:0", "fixed:2"], "critic": ["gae", "vccc"]}}))
     argv = ["--config", str(p), "--out", str(tmp_path), "--gt-every", "5", "--quiet"]
+    capsys.readouterr()
+    assert cmd.main(argv + ["--dry-run"]) == 0 and not calls  # sizes the grid, runs nothing
+    assert "4 cells, 0 already in" in capsys.readouterr().out
     assert cmd.main(argv) == 0
     assert len(calls) == 4 and all(c.gt_every == 5 for c in calls)
     assert [(c.lag, c.critic) for c in calls] == [("fixed:0", "gae"), ("fixed:0", "vccc"),
@@ -158,6 +170,8 @@ def test_grid_is_resumable_and_tabulated(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "g.png").stat().st_size > 1000
     assert cmd.main(argv + ["--no-figure"]) == 0  # every cell is in the store
     assert len(calls) == 4
+    assert cmd.main(argv + ["--dry-run"]) == 0
+    assert "4 cells, 4 already in" in capsys.readouterr().out
 
 
 def test_shipped_train_experiments_build_valid_configs():

@@ -28,21 +28,53 @@ def _call(data, **kw):
     return brace(*args, **kw)
 
 
+def _pg_reference(data, vs, pg_bar):
+    """min(pg_bar, rho_t) (r_t + gamma_t v_{t+1} - V(s_t)), ratio 1 at tool steps, v_T the
+    bootstrap and the truncation value at a time-limit cut (the definition, per step)."""
+    rho = np.exp(data["log_rhos"])
+    w = np.where(data["is_action"], rho if pg_bar is None else np.minimum(rho, pg_bar), 1.0)
+    nxt = np.concatenate([vs[1:], data["bootstrap_value"][None]])
+    nxt = np.where(data["truncations"], data["truncation_values"], nxt)
+    return w * (data["rewards"] + data["discounts"] * nxt - data["values"])
+
+
 @pytest.mark.parametrize("n,clips,anchor", [
-    (0, (1.0, 1.0), "prefix"), (2, (1.0, 1.0), "prefix"), (3, (1.5, 0.8), "constant"),
-    (2, (None, None), "constant"), (20, (1.2, 1.0), "prefix")])
+    (0, (1.0, 1.0, 1.0), "prefix"), (2, (1.3, 0.8, 1.1), "prefix"), (3, (1.5, 0.8, None), "constant"),
+    (2, (None, None, None), "constant"), (20, (1.2, 1.0, 1.0), "prefix"), (1, (0.9, 1.4, 1.0), "prefix")])
 def test_matches_defining_sum(data, n, clips, anchor):
+    """vs = the defining sum (``brace_reference``) and pg = its definition, with tool steps, an
+    episode end and a time-limit cut; n < T with rho_bar != c_bar in both tail anchors."""
     with jax.enable_x64(True):
         kw = dict(n=n, clip_rho_threshold=clips[0], clip_c_threshold=clips[1], tail_anchor=anchor)
         out = _call(data, is_action=jnp.asarray(data["is_action"]),
                     truncations=jnp.asarray(data["truncations"]),
-                    truncation_values=jnp.asarray(data["truncation_values"]), **kw)
+                    truncation_values=jnp.asarray(data["truncation_values"]), clip_pg_rho_threshold=clips[2], **kw)
         for b in range(B):
             ref = brace_reference(*(data[k][:, b] for k in ("log_rhos", "discounts", "rewards", "values")),
                                   data["bootstrap_value"][b], is_action=data["is_action"][:, b],
                                   truncations=data["truncations"][:, b],
                                   truncation_values=data["truncation_values"][:, b], **kw)
             np.testing.assert_allclose(np.asarray(out.vs[:, b]), ref, atol=1e-12)
+        np.testing.assert_allclose(out.pg_advantages, _pg_reference(data, np.asarray(out.vs), clips[2]), atol=1e-12)
+
+
+def test_reference_is_the_written_definition():
+    """``brace_reference`` against the sum written out by hand for T = 4, n = 1, a tool step
+    first: prefix = the tool step (weight 1, whatever its log-ratio) and the first action
+    (rho-bar weight), tail = the rest, ratio-free, with weight c_1 ("prefix") or 1
+    ("constant"), bootstrapped from Vbar(s_T)."""
+    lr, r, v = np.array([2.0, 0.9, 0.4, -0.2]), np.array([1.0, -0.5, 0.3, 0.8]), np.array([0.2, -0.4, 0.6, 0.1])
+    d, bv, act = np.array([0.9, 0.8, 0.7, 0.6]), 0.5, np.array([False, True, True, True])
+    rbar, cbar = 1.3, 0.8
+    delta = r + d * np.append(v[1:], bv) - v
+    rho1 = np.exp(lr[1])
+    prefix = delta[0] + d[0] * min(rbar, rho1) * delta[1]
+    tail = d[0] * d[1] * (delta[2] + d[2] * delta[3])
+    for anchor, weight in (("prefix", min(cbar, rho1)), ("constant", 1.0)):
+        ref = brace_reference(lr, d, r, v, bv, n=1, clip_rho_threshold=rbar, clip_c_threshold=cbar, is_action=act,
+                              tail_anchor=anchor)
+        assert ref[0] == pytest.approx(v[0] + prefix + weight * tail, abs=1e-12)
+    assert min(rbar, rho1) != min(cbar, rho1)  # both clips bind differently: the weights are distinguishable
 
 
 def _mc_return(data):

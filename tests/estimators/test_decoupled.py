@@ -68,3 +68,54 @@ def test_route_cost():
     assert dc.route_cost("behaviour", num_params=10, max_lag=4)["extra_forward_passes"] == 0
     with pytest.raises(ValueError, match="route"):
         dc.route_cost("magic", num_params=1, max_lag=0)
+
+
+@pytest.mark.parametrize("kind,clip,eps", [("truncate", 1.3, 0.2), ("mask", 1.3, 0.1), ("ratio", None, None)])
+def test_ratios_weights_and_loss_match_the_definition(tokens, kind, clip, eps):
+    """d = w(pi_old / mu) (truncated / masked), r = pi / pi_old, clip(r) to [1 - eps, 1 + eps];
+    critic weight d clip(r); loss = -mean d min(r A, clip(r) A) (numpy, from probabilities)."""
+    t = tokens
+    with jax.enable_x64(True):
+        pi, old, mu = (np.exp(np.asarray(t[k], np.float64)) for k in ("log_pi", "log_old", "log_mu"))
+        adv = np.asarray(t["adv"], np.float64)
+        raw = old / mu
+        d = {"ratio": raw, "truncate": np.minimum(raw, clip or 1.0),
+             "mask": np.where((raw >= 1 / (clip or 1.0)) & (raw <= (clip or 1.0)), raw, 0.0)}[kind]
+        r = pi / old
+        r_c = r if eps is None else np.clip(r, 1 - eps, 1 + eps)
+        out = dc.decoupled_ratios(*(jnp.asarray(t[k], jnp.float64) for k in ("log_pi", "log_old", "log_mu")),
+                                  kind=kind, clip=clip, ppo_epsilon=eps)
+        np.testing.assert_allclose(out.discrepancy, d, rtol=1e-12)
+        np.testing.assert_allclose(out.staleness, r, rtol=1e-12)
+        np.testing.assert_allclose(out.staleness_clipped, r_c, rtol=1e-12)
+        w = dc.decoupled_weights(*(jnp.asarray(t[k], jnp.float64) for k in ("log_pi", "log_old", "log_mu")),
+                                 kind=kind, clip=clip, ppo_epsilon=eps)
+        np.testing.assert_allclose(w, d * r_c, rtol=1e-12)
+        loss = dc.decoupled_policy_loss(jnp.asarray(t["log_pi"], jnp.float64), jnp.asarray(t["log_mu"], jnp.float64),
+                                        jnp.asarray(adv), route="exact",
+                                        exact_log_pi_old=jnp.asarray(t["log_old"], jnp.float64), kind=kind,
+                                        clip=clip, ppo_epsilon=eps)
+        want = -np.mean(d * np.minimum(r * adv, r_c * adv))
+        assert float(loss) == pytest.approx(want, rel=1e-12)
+        assert kind == "ratio" or np.any(d != raw)  # the discrepancy threshold binds somewhere
+        assert eps is None or np.any(r_c != r)      # so does the PPO clip
+
+
+def test_routes_pick_their_pi_old(tokens):
+    """old_log_probs and the trainer's route_log_pi_old return, per route, the exact snapshot,
+    the EWMA policy's or mu's log-probs (and the learner's for route "")."""
+    t = tokens
+    ewma = t["log_old"] - 0.3
+    for route, want in (("exact", t["log_old"]), ("ewma", ewma), ("behaviour", t["log_mu"])):
+        got = dc.old_log_probs(route, t["log_mu"], exact_log_pi_old=t["log_old"], ewma_log_pi=ewma)
+        np.testing.assert_array_equal(got, want)
+    rng = np.random.default_rng(1)
+    T, B, A = 3, 2, 4
+    logits = {k: jnp.asarray(rng.normal(size=(T, B, A))) for k in ("pi", "mu", "b", "e")}
+    lsm = {k: jax.nn.log_softmax(x, -1) for k, x in logits.items()}
+    action = jnp.asarray(rng.integers(0, A, size=(T, B)))
+    kw = dict(log_pi_all=lsm["pi"], log_mu_all=lsm["mu"], behaviour_log_pi_all=lsm["b"], ewma_logits=logits["e"])
+    for route, key in (("", "pi"), ("exact", "b"), ("ewma", "e"), ("behaviour", "mu")):
+        tok, full = dc.route_log_pi_old(route, action, **kw)
+        np.testing.assert_allclose(full, lsm[key], rtol=1e-6)
+        np.testing.assert_allclose(tok, jnp.take_along_axis(lsm[key], action[..., None], -1)[..., 0], rtol=1e-6)

@@ -21,6 +21,29 @@ def test_survival_and_pmf(law):
     assert law.always_unbiased == bool(np.all(s > 0))
 
 
+def test_survival_closed_forms_and_prefix_weights():
+    """Each law's S(t) = P(T > t) as the module docstring writes it (L = ceil(length scale),
+    capped at H), its pmf P(T = k) = S(k - 1) - S(k) with the mass beyond H on T = H, and
+    w_t = 1[t < T] / S(t) times the live-step mask (tool steps and padding get 0)."""
+    with jax.enable_x64(True):
+        t, scales = np.arange(H), np.array([2.5, 6.0, 9.0])
+        L = np.minimum(np.ceil(scales), H)[:, None]
+        uni = np.maximum(L - t, 0) / L
+        want = {"full": np.ones((3, H)), "uniform": uni, "mixture:0.3": 0.3 + 0.7 * uni,
+                "geometric:0.7": np.broadcast_to(0.7 ** t, (3, H))}
+        for name, s in want.items():
+            law = ps_ppo.CutoffLaw.parse(name)
+            np.testing.assert_allclose(law.survival(jnp.asarray(scales), H), s, rtol=1e-12)
+            pmf = s - np.concatenate([s[:, 1:], np.zeros((3, 1))], axis=1)
+            np.testing.assert_allclose(law.pmf(jnp.asarray(scales), H), pmf, rtol=1e-12, atol=1e-15)
+        s = want["mixture:0.3"][:2].T  # [H, 2]
+        alive = np.ones((H, 2))
+        alive[1, 0] = alive[4:, 1] = 0.0  # a tool step in sequence 0, padding after step 3 in sequence 1
+        w = ps_ppo.prefix_weights(jnp.asarray([3, 6]), jnp.asarray(s), jnp.asarray(alive))
+        keep = (t[:, None] < np.array([3, 6])[None]) & (s > 0)
+        np.testing.assert_allclose(w, np.where(keep, 1.0 / s, 0.0) * alive, rtol=1e-12)
+
+
 @pytest.mark.parametrize("law", LAWS)
 def test_prefix_weights_are_unbiased_per_step(law):
     """sum_T P(T) w_t(T) = 1 for every step t with S(t) > 0 (enumerating every cutoff)."""

@@ -2,27 +2,12 @@
 event files (TFRecord framing, tensorboardX's own Event protobuf)."""
 
 import math
-import struct
 
 import numpy as np
 import pytest
 
 from vccc_jax.runs import tracking
-
-
-def read_events(path):
-    """[(step, tag, value, plugin)] of one event file."""
-    from tensorboardX.proto import event_pb2
-
-    data, i, out = path.read_bytes(), 0, []
-    while i < len(data):
-        (n,) = struct.unpack("<Q", data[i:i + 8])
-        event = event_pb2.Event()
-        event.ParseFromString(data[i + 12:i + 12 + n])
-        i += 12 + n + 4
-        for v in event.summary.value:
-            out.append((event.step, v.tag, v.simple_value, v.metadata.plugin_data.plugin_name))
-    return out
+from vccc_jax.runs.tracking import read_events
 
 
 def test_tensorboard_scalars_and_cells_round_trip(tmp_path):

@@ -1,9 +1,12 @@
 """Exact BRACE operator, closed-form bias and variance growth (vccc_jax.tabular.brace)."""
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vccc_jax.estimators.related.brace import brace_reference
 from vccc_jax.tabular import brace as tb
 from vccc_jax.tabular.history import HistoryConfig, policy_history
 from vccc_jax.tabular.mdp import make_mdp, random_mdp, with_horizon
@@ -83,3 +86,70 @@ def test_bias_by_lag_vanishes_at_lag_zero_and_full_prefix():
         np.testing.assert_allclose(table[:, 0], 0.0, atol=1e-12)
         np.testing.assert_allclose(table[1], 0.0, atol=1e-12)
         assert abs(table[0, 1]) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def episodic():
+    """S = 3 (state 2 terminal, absorbing), A = 2, gamma = 0.9; pi, mu and a critic."""
+    with jax.enable_x64(True):
+        k = jax.random.split(jax.random.PRNGKey(11), 4)
+        mdp = random_mdp(k[0], 1, 3, 2, gamma=0.9, dtype=jnp.float64)[0]
+        stay = jnp.broadcast_to(jax.nn.one_hot(2, 3, dtype=jnp.float64), (2, 3))
+        mdp = mdp.replace(P=mdp.P.at[2].set(stay), R=mdp.R.at[2].set(0.0), terminal=jnp.asarray([0.0, 0.0, 1.0]))
+        pi = jax.nn.softmax(jax.random.normal(k[1], (3, 2), jnp.float64))
+        mu = jax.nn.softmax(jax.random.normal(k[2], (3, 2), jnp.float64))
+        return mdp, pi, mu, jax.random.normal(k[3], (3,), jnp.float64)
+
+
+def _brute_force_segment(mdp, pi, mu, v, T, act, n, rbar, cbar, pgbar, anchor):
+    """E[vs_0], E[pg_0] per start state over every T-step trajectory, by the defining sum
+    (``brace_reference``) and the pg definition (numpy)."""
+    P, R, mu_, lr = (np.asarray(x) for x in (mdp.P, mdp.R, mu, jnp.log(pi) - jnp.log(mu)))
+    gam, v = np.asarray(mdp.gamma) * (1 - np.asarray(mdp.terminal)), np.asarray(v)
+    S, A = mu_.shape
+    vs, pg = np.zeros(S), np.zeros(S)
+    for s0 in range(S):
+        for cells in itertools.product(range(A * S), repeat=T):
+            states, prob, cols = [s0], 1.0, {k: [] for k in "lrdv"}
+            for c in cells:
+                s, a, s2 = states[-1], c // S, c % S
+                prob *= mu_[s, a] * P[s, a, s2]
+                cols["l"].append(lr[s, a]), cols["r"].append(R[s, a, s2]), cols["d"].append(gam[s2])
+                cols["v"].append(v[s])
+                states.append(s2)
+            a_ = act[np.asarray(states[:-1])]
+            ref = brace_reference(cols["l"], cols["d"], cols["r"], cols["v"], v[states[-1]], n=n,
+                                  clip_rho_threshold=rbar, clip_c_threshold=cbar, is_action=a_, tail_anchor=anchor)
+            rho0 = np.exp(cols["l"][0])
+            w = (rho0 if pgbar is None else min(rho0, pgbar)) if a_[0] else 1.0
+            nxt = ref[1] if T > 1 else v[states[-1]]
+            vs[s0] += prob * ref[0]
+            pg[s0] += prob * w * (cols["r"][0] + cols["d"][0] * nxt - v[s0])
+    return vs, pg
+
+
+@pytest.mark.parametrize("setting", [(1, 1.2, 0.8, 1.0, "prefix", 1), (2, 0.9, 1.3, None, "constant", None)])
+def test_segment_operator_equals_brute_force(episodic, setting):
+    """``expected_segment_targets`` (vs and pg, every segment length) = the enumerated mean of
+    the defining sum, with rho_bar != c_bar, n < T, an episode end and (first setting) a tool
+    state; without tool states also = n-step V-trace + K^n (T_mu^(T-n) Vbar - Vbar)."""
+    mdp, pi, mu, v = episodic
+    n, rbar, cbar, pgbar, anchor, tool = setting
+    act = np.arange(3) != (-1 if tool is None else tool)
+    kw = dict(n=n, clip_rho_threshold=rbar, clip_c_threshold=cbar, tail_anchor=anchor)
+    with jax.enable_x64(True):
+        vs, pg = (np.asarray(x) for x in tb.expected_segment_targets(
+            mdp, pi, mu, v, n_steps=3, clip_pg_rho_threshold=pgbar, is_action=jnp.asarray(act), **kw))
+        for T in (1, 2, 3):
+            want_vs, want_pg = _brute_force_segment(mdp, pi, mu, v, T, act, n, rbar, cbar, pgbar, anchor)
+            np.testing.assert_allclose(vs[T], want_vs, atol=1e-12)
+            np.testing.assert_allclose(pg[T], want_pg, atol=1e-12)
+        np.testing.assert_allclose(vs[0], v, atol=0)
+        if tool is None:
+            from vccc_jax.tabular import exact
+            K = tb.trace_matrix(mdp, pi, mu, cbar) if anchor == "prefix" else exact.discounted_transition_matrix(mdp, mu)
+            prefix = exact.expected_vtrace_operator(mdp, pi, mu, v, n_steps=n, lambda_=1.0, clip_rho_threshold=rbar,
+                                                    clip_c_threshold=cbar)
+            closed = prefix + np.linalg.matrix_power(np.asarray(K), n) @ (exact.n_step_backup(mdp, mu, v, 3 - n) - v)
+            np.testing.assert_allclose(vs[3], closed, atol=1e-12)
+    assert np.max(np.abs(vs[3] - np.asarray(v))) > 1e-2 and np.max(np.abs(pg[3])) > 1e-2

@@ -94,3 +94,47 @@ def test_ewma_logits_match_estimator_update(setup):
         for k in range(logits.shape[0]):
             state = dc.ewma_update(state, logits[k], 0.6)
         np.testing.assert_allclose(td.ewma_logits(logits, 0.6), dc.ewma_params(state, 0.6), atol=1e-12)
+
+
+def test_critic_moments_routes_and_inference_policy_by_hand(setup):
+    """Every function of tabular/decoupled.py against numpy written from its docstring: the
+    critic target Vbar + w(pi_old / mu) clip(pi / pi_old) delta (mean and variance over a ~ mu,
+    s' ~ P), the route policies, the EWMA of the logits and the inference-side sampler."""
+    mdp, logits, vbar = setup
+    with jax.enable_x64(True):
+        mu = _mu(logits, 1, 0.3)
+        pols = td.route_policies(logits, 1, mu, decay=0.5)
+        sm = lambda z: np.exp(z - z.max(-1, keepdims=True)) / np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)  # noqa: E731
+        L = np.asarray(logits)
+        w = 0.5 ** np.arange(3, -1, -1)  # versions 0..3 (K - lag = 3), the newest weighted most
+        ewma = np.einsum("v,vsa->sa", w / w.sum(), L[:4])
+        for name, want in (("pi", sm(L[4])), ("exact", sm(L[3])), ("ewma", sm(ewma)), ("behaviour", np.asarray(mu))):
+            np.testing.assert_allclose(pols[name], want, atol=1e-12)
+        np.testing.assert_allclose(td.ewma_logits(logits[:4], 0.5), ewma, atol=1e-12)
+        pi, old, mu_ = (np.asarray(pols[k]) for k in ("pi", "ewma", "mu"))
+        P, R, v = np.asarray(mdp.P), np.asarray(mdp.R), np.asarray(vbar)
+        gam = float(mdp.gamma) * (1 - np.asarray(mdp.terminal))
+        mean, var = td.critic_target_moments(mdp, pols["pi"], pols["ewma"], pols["mu"], vbar, kind="truncate",
+                                             clip=1.2, ppo_epsilon=0.1)
+        for s in range(3):
+            ys, ps = [], []
+            for a in range(3):
+                wgt = min(old[s, a] / mu_[s, a], 1.2) * np.clip(pi[s, a] / old[s, a], 0.9, 1.1)
+                for s2 in range(3):
+                    ys.append(v[s] + wgt * (R[s, a, s2] + gam[s2] * v[s2] - v[s]))
+                    ps.append(mu_[s, a] * P[s, a, s2])
+            ys, ps = np.asarray(ys), np.asarray(ps)
+            m = ps @ ys
+            np.testing.assert_allclose(mean[s], m, atol=1e-12)
+            np.testing.assert_allclose(var[s], ps @ (ys - m) ** 2, atol=1e-12)
+        # inference policy: softmax(quantum * round((logits + noise) / quantum) / temperature)
+        noise = np.asarray(jax.random.normal(jax.random.PRNGKey(9), L[2].shape, jnp.float64))
+        got = td.inference_policy(logits[2], noise_scale=0.3, key=jax.random.PRNGKey(9), quantum=0.25, temperature=0.7)
+        np.testing.assert_allclose(got, sm(0.25 * np.round((L[2] + 0.3 * noise) / 0.25) / 0.7), atol=1e-12)
+        # fire probabilities: P_mu[mask fires], P_mu[PPO ratio outside 1 +- eps]
+        d = old / mu_
+        fd, fr = td.fire_probabilities(pols["pi"], pols["ewma"], pols["mu"], kind="mask", clip=1.2, ppo_epsilon=0.05)
+        np.testing.assert_allclose(fd, np.sum(mu_ * ((d < 1 / 1.2) | (d > 1.2)), -1), atol=1e-12)
+        r = pi / old
+        np.testing.assert_allclose(fr, np.sum(mu_ * ((r < 0.95) | (r > 1.05)), -1), atol=1e-12)
+        assert np.max(var) > 1e-3 and np.max(fd) > 0 and np.max(fr) > 0

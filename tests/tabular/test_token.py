@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vccc_jax.envs.rollout import sampling_log_probs
+from vccc_jax.envs.token_env import TokenEnv, TokenEnvState
 from vccc_jax.tabular import token as tk
 
 TOL = 1e-10
@@ -63,7 +64,7 @@ def setup():
         baseline = jax.random.normal(keys[3], (6, 2, 4, 3))
         out = jax.jit(lambda *a: _compute(task, *a))(logits, stale, vbar, baseline)
         out = jax.tree_util.tree_map(np.asarray, out)
-        out["task"] = task
+        out["task"], out["logits"] = task, np.asarray(logits)
         yield out
 
 
@@ -133,3 +134,90 @@ def test_bad_shapes_raise(setup):
         tk.bellman_backup(setup["task"], pi, jnp.zeros((3,)))
     with pytest.raises(ValueError, match="log_pi_fn"):
         tk.policy_values(setup["task"], lambda t: jnp.zeros((2, 4, 5)))
+
+
+# ------------------------------------------------------------- the task's semantics (spec)
+
+
+def _reference_step(tables, p, t, q, k, token):
+    """Reading ``token`` in state (prompt p, position t, automaton q, tool countdown k), written
+    from the task's tables as the module docstring defines them (independent of step_class):
+    the automaton moves on the token's class; the episode ends on an ``ends`` entry or after
+    position H - 1; every step earns the format reward of the state entered, a POLICY step
+    (k = 0) pays the length penalty and a tool step does not; the verifier's accept reward is
+    paid only on the ending step; a policy step entering a tool state starts m tool tokens,
+    a tool token counts down; discount gamma after a policy step, tool_discount after a tool
+    step, 0 on the ending step. -> (q', k', reward, ended, discount)."""
+    c = tables["token_class"][token]
+    q2 = tables["transition"][q, c]
+    policy = k == 0
+    ended = bool(tables["ends"][q, c]) or t + 1 >= tables["H"]
+    reward = tables["step_reward"][q2]
+    if policy:
+        reward -= tables["length_penalty"]
+    if ended:
+        reward += tables["accept_reward"][p, q2]
+        return q2, 0, reward, True, 0.0
+    if policy:
+        return q2, (tables["m"] if tables["tool_state"][q2] else 0), reward, False, tables["gamma"]
+    return q2, k - 1, reward, False, tables["tool_discount"]
+
+
+def _tables(task):
+    names = ("token_class", "transition", "ends", "accept_reward", "step_reward", "length_penalty", "tool_state",
+             "tool_log_probs", "gamma", "tool_discount")
+    out = {n: np.asarray(getattr(task, n)) for n in names}
+    out.update(H=task.horizon, m=task.tool_length)
+    return out
+
+
+def test_solver_values_match_the_task_definition(setup):
+    """V^pi by backward induction over (t, p, q, k) with the reference step (tokens from pi at
+    policy states, from the tool distribution at tool states) = ``policy_values``."""
+    task, tables = setup["task"], _tables(setup["task"])
+    H, P, Q, K, V = task.horizon, task.num_prompts, task.num_states, task.num_counters, task.num_tokens
+    logits = setup["logits"]
+    pi = np.exp(logits - logits.max(-1, keepdims=True))
+    pi /= pi.sum(-1, keepdims=True)
+    tool = np.exp(tables["tool_log_probs"])
+    v = np.zeros((H + 1, P, Q, K))
+    for t in reversed(range(H)):
+        for p in range(P):
+            for q in range(Q):
+                for k in range(K):
+                    probs = pi[p, t, q] if k == 0 else tool
+                    for token in range(V):
+                        q2, k2, r, _, d = _reference_step(tables, p, t, q, k, token)
+                        v[t, p, q, k] += probs[token] * (r + d * v[t + 1, p, q2, k2])
+    np.testing.assert_allclose(setup["values"].v, v, atol=TOL)
+    assert tables["length_penalty"] > 0 and tables["gamma"] != tables["tool_discount"]  # every term matters
+
+
+def test_env_steps_match_the_task_definition(setup):
+    """``TokenEnv.step_env`` from every state (p, t, q, k), every action: reward, discount,
+    termination, next automaton state and countdown = the reference step of the token it
+    appended (the action on policy steps, the environment's draw on tool steps)."""
+    task, tables = setup["task"], _tables(setup["task"])
+    env = TokenEnv(task)
+    H, P, Q, K, V = task.horizon, task.num_prompts, task.num_states, task.num_counters, task.num_tokens
+    grid = np.stack(np.meshgrid(np.arange(P), np.arange(H), np.arange(Q), np.arange(K), np.arange(V),
+                                indexing="ij"), -1).reshape(-1, 5)
+    p, t, q, k, a = (jnp.asarray(grid[:, i], jnp.int32) for i in range(5))
+    state = TokenEnvState(prompt=p, q=q, k=k, last_token=jnp.full_like(p, -1), ended=jnp.zeros(p.shape, bool), time=t)
+    keys = jax.random.split(jax.random.PRNGKey(5), len(grid))
+    with jax.enable_x64(True):
+        step = jax.jit(jax.vmap(lambda key, s, act: env.step_env(key, s, act, env.default_params)))
+        _, new, reward, done, info = jax.tree_util.tree_map(np.asarray, step(keys, state, a))
+    tool_steps = 0
+    for i, (pi_, ti, qi, ki, ai) in enumerate(grid):
+        token = int(info["token"][i])
+        if ki == 0:
+            assert token == ai
+        else:
+            tool_steps += 1
+            assert tables["tool_log_probs"][token] > -np.inf
+        q2, k2, r, ended, d = _reference_step(tables, pi_, ti, qi, ki, token)
+        assert (new.q[i], new.k[i], bool(done[i])) == (q2, k2, ended), (grid[i], token)
+        assert reward[i] == pytest.approx(r, abs=1e-12) and info["discount"][i] == pytest.approx(d, abs=1e-12)
+        assert bool(info["is_action"][i]) == (ki == 0)
+    assert tool_steps > 0 and np.any(done) and not np.all(done)

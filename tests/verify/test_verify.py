@@ -46,11 +46,17 @@ def test_quick_verify_covers_every_identity(quick_rows):
         if "mean != claim" not in r.name and r.name not in loose:
             assert r.error <= 1e-10, r
     # One section per new testbed / comparator (verify/sections).
-    for eq, count in (("Sec 7", 2), ("BRACE", 1), ("decoupled", 2), ("RAC", 3), ("PS-PPO", 3)):
+    for eq, count in (("Sec 7", 2), ("BRACE", 5), ("decoupled", 5), ("RAC", 5), ("PS-PPO", 6)):
         assert sum(r.equation == eq for r in exact) == count, eq
     assert any(r.equation == "Eq 5" and "tool steps" in r.name for r in exact)
+    # Each comparator's library estimator is checked against its exact operator (issue 24).
+    for needle in ("library BRACE E[vs_t]", "library BRACE E[pg_adv_t]", "library decoupled actor",
+                   "library decoupled critic", "library PPO-EWMA", "library RAC: queued", "library RAC: delay 0",
+                   "library PS-PPO: E_tau E_T", "library PS-PPO: sample_cutoffs"):
+        assert needle in names, needle
+    assert any("tool steps" in r.name and "library BRACE" in r.name for r in exact)
     # Every one-step target is also sampled, and the negative controls were rejected.
-    assert {t.name for t in V.DEFAULT_TARGETS} == {r.name for r in sampled}
+    assert {t.name for t in V.DEFAULT_TARGETS} == {r.name for r in sampled if not r.name.startswith("library ")}
     rejects = [r for r in sampled if "REJECTED" in r.detail]
     assert len(rejects) == 2 and all(r.passed and r.error > 0.1 for r in rejects)
     assert max(r.mdps for r in exact) >= 96

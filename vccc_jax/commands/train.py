@@ -205,6 +205,13 @@ def build_parser(names: bool = False) -> Parser:
     add_distributed_flags(p)
     p.add_argument("--no-figure", action="store_true", help="skip the PNG figure")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with a --config grid: print the grid size, the cells already stored "
+                   "and an ETA; compute nothing")
+    p.add_argument("--track", default="none", metavar="SPEC",
+                   help="experiment tracking of one run: none (default), tensorboard (event "
+                   "files in <out>/tensorboard: the mean over seeds of every metric per update) "
+                   "or tensorboard:DIR")
     add_critic_free_flags(p)
     add_shard_flags(p)
     for f in dataclasses.fields(TrainConfig):
@@ -264,9 +271,13 @@ def _prepare(argv: list[str]):
         raise ValueError(f"--keep must be >= 1, got {args.keep}")
     if args.overrides and not args.config:
         raise ValueError("--set overrides a --config file; without one, use the flags")
+    from vccc_jax.runs.tracking import parse_spec
+
+    parse_spec(args.track)
     exp = schema.load(args.config, args.overrides) if args.config else None
     given = {k: v for k, v in _given(parser, argv, args).items()
-             if k not in ("config", "out", "quiet", "no_figure", "overrides")}
+             if k not in ("config", "out", "quiet", "no_figure", "overrides", "track",
+                          "dry_run")}
     from vccc_jax.runs import critic_free as runs_cf
 
     if runs_cf.wants(given, exp):
@@ -281,10 +292,21 @@ def _prepare(argv: list[str]):
     overrides = _overrides(args)
     command = ["vccc", "train", *argv]
     if exp is not None and exp.grid.axes:
+        if args.track != "none":
+            raise ValueError("--track follows one run; a grid's cells go to a tracker with "
+                             "`vccc sweep --track` (one HParams row per cell)")
         if args.resume or args.overwrite:
             raise ValueError("--resume / --overwrite are for one run; a grid resumes by itself "
                              "(rerun the same command)")
         fields = runs_train.cell_fields(exp, overrides)  # pure Python checks first
+        out = Path(args.out) if args.out else Path("results") / "train"
+        if args.dry_run:
+            from vccc_jax.commands.sweep import dry_run
+            from vccc_jax.runs.store import cell_id
+
+            cells = [runs_train.config_from(f, exp.path) for f in fields]
+            return lambda: dry_run(exp, [cell_id(c.to_dict()) for c in cells],
+                                   out / f"{exp.name}.jsonl")
         start_distributed(argv)  # before gymnax is imported
         args.mesh_obj = mesh_of(args)
         cells = [runs_train.config_from(f, exp.path) for f in fields]
@@ -292,9 +314,10 @@ def _prepare(argv: list[str]):
 
         for c in cells:
             check_divisible(c.num_envs, args.mesh_obj)
-        out = Path(args.out) if args.out else Path("results") / "train"
         return scaled("train", main, argv, args,
                       lambda: _interruptible(_grid, exp.name, cells, out, args), out)
+    if args.dry_run:
+        raise ValueError("--dry-run sizes a grid: it needs --config with a [grid] table")
     if args.shard is not None or args.shards is not None:
         raise ValueError("--shard/--shards split a grid (--config with a [grid]) into shards; "
                          "one run scales with --devices / --coordinator")
@@ -392,7 +415,8 @@ def _single(cfg, out: Path, args, resume: bool, command: list) -> int:
             summary, rows = run_one(cfg, out, chunk=args.chunk, checkpoint_every=every,
                                     checkpoint_seconds=seconds, resume=resume,
                                     quiet=args.quiet, mesh=args.mesh_obj, fsdp=args.fsdp,
-                                    keep=args.keep, stop=stop, command=command)
+                                    keep=args.keep, stop=stop, command=command,
+                                    track=args.track)
     except Interrupted as e:  # the graceful path: no compile was cut short, exit normally
         if is_main():
             print(f"vccc train: {_stopped(out, e)}", file=sys.stderr)

@@ -1,8 +1,9 @@
 """Run directories hold exactly one run (issue 23, DESIGN section 8).
 
 A ``vccc train`` run directory (``runs.train.run_one``) holds ``RUN_FILES``: config.json
-(written first), metrics.csv, summary.json, curves.png and checkpoint/ (orbax steps). Before
-any compute, :func:`prepare` decides what a command may do with ``--out``:
+(written first), metrics.csv, summary.json, curves.png, checkpoint/ (orbax steps) and
+tensorboard/ (``--track``). Before any compute, :func:`prepare` decides what a command may
+do with ``--out``:
 
 * a new or empty directory: start;
 * a directory holding another config, or files that are not a run: refuse;
@@ -30,7 +31,7 @@ from typing import Optional
 
 from vccc_jax.runs.store import cell_id
 
-RUN_FILES = ("config.json", "metrics.csv", "summary.json", "curves.png", "checkpoint")
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "curves.png", "checkpoint", "tensorboard")
 START, RESUME, OVERWRITE = "start", "resume", "overwrite"
 
 

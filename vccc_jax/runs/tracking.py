@@ -139,3 +139,21 @@ def open_tracker(spec: Optional[str], *, logdir: str | os.PathLike,
     if backend == "tensorboard":
         return TensorBoardTracker(arg or logdir, config)
     return Tracker()
+
+
+def read_events(path: str | os.PathLike) -> list[tuple[int, str, float, str]]:
+    """``[(step, tag, value, plugin)]`` of one event file (TFRecord framing read directly,
+    tensorboardX's Event protobuf): for tests and notebooks, no TensorFlow needed."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    data, i, out = Path(path).read_bytes(), 0, []
+    while i < len(data):
+        (n,) = struct.unpack("<Q", data[i:i + 8])
+        event = event_pb2.Event()
+        event.ParseFromString(data[i + 12:i + 12 + n])
+        i += 12 + n + 4
+        for v in event.summary.value:
+            out.append((event.step, v.tag, v.simple_value, v.metadata.plugin_data.plugin_name))
+    return out

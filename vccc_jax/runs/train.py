@@ -39,6 +39,7 @@ from vccc_jax.runs.grid import product
 from vccc_jax.runs.provenance import provenance
 from vccc_jax.runs.schema import ConfigError, Experiment
 from vccc_jax.runs.store import cell_id
+from vccc_jax.runs.tracking import log_rows, open_tracker
 from vccc_jax.train.config import TrainConfig
 
 # Above: pure Python (numpy at most). JAX, scipy (analysis) and rich (progress) are
@@ -203,7 +204,7 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
             checkpoint_seconds: float = 0.0, resume: bool = False, quiet: bool = False,
             mesh=None, fsdp: bool = False, keep: int = 3,
             stop: Optional[Callable[[], bool]] = None,
-            command: Optional[list[str]] = None) -> tuple[dict, list[dict]]:
+            command: Optional[list[str]] = None, track: str = "none") -> tuple[dict, list[dict]]:
     """Train one configuration (all its seeds) over ``mesh`` and write the run directory.
 
     ``mesh``: a ``train.sharding`` mesh (None: all devices, ``(n, 1)``); every process of a
@@ -217,7 +218,8 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     state there and raises :class:`Interrupted`. Every exit (the end, an exception, Ctrl-C)
     first waits for pending saves, so a returned or raised run leaves no save half done.
     ``command``: the command line recorded in the provenance (default ``sys.argv``).
-    Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
+    ``track``: a ``runs.tracking`` spec (``tensorboard``: event files in ``<out>/tensorboard``,
+    the mean over seeds of every metric at each update). Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
 
     from vccc_jax.train import checkpoint as ck
     from vccc_jax.train import sharding as sh
@@ -232,14 +234,17 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     trainer = st.trainer
     total = trainer.num_updates
     mngr = ck.manager(out / "checkpoint", keep=keep)
+    tracker = open_tracker(track if main else "none", logdir=out / "tensorboard",
+                           config=cfg.to_dict())
     try:
         return _train_loop(cfg, out, st, mngr, total=total, chunk=chunk,
                            checkpoint_every=checkpoint_every,
                            checkpoint_seconds=checkpoint_seconds, resume=resume,
-                           quiet=quiet, fsdp=fsdp, stop=stop, command=command)
+                           quiet=quiet, fsdp=fsdp, stop=stop, command=command, tracker=tracker)
     finally:  # normal end, exception, Ctrl-C: no save is left half done
         ck.wait(mngr)
         mngr.close()
+        tracker.close()
 
 
 def _strong(tree):
@@ -253,7 +258,7 @@ def _strong(tree):
 
 
 def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoint_seconds,
-                resume, quiet, fsdp, stop, command):
+                resume, quiet, fsdp, stop, command, tracker):
     import jax
 
     from vccc_jax.analysis.train import summarize
@@ -301,7 +306,9 @@ def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoin
         n = min(size, total - update)
         state, metrics = st.train(state, n, start=update)  # donates state
         metrics = jax.device_get(metrics)
-        rows.extend(metrics_to_rows(metrics, cfg, update))
+        new_rows = metrics_to_rows(metrics, cfg, update)
+        rows.extend(new_rows)
+        log_rows(tracker, new_rows)
         update += n
         if t_first is None:
             t_first = time.time()

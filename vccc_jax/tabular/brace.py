@@ -244,6 +244,75 @@ def enumerate_targets(
     return mean, var
 
 
+# ------------------------------------------------------ segments (with environment steps)
+
+
+@functools.partial(jax.jit, static_argnames=("n", "n_steps", "clip_rho_threshold", "clip_c_threshold",
+                                             "clip_pg_rho_threshold", "tail_anchor"))
+def expected_segment_targets(
+    mdp: TabularMDP, pi: Array, mu: Array, v: Array, *, n: int, n_steps: int,
+    clip_rho_threshold: Optional[float] = 1.0, clip_c_threshold: Optional[float] = 1.0,
+    clip_pg_rho_threshold: Optional[float] = 1.0, tail_anchor: str = "prefix",
+    is_action: Optional[Array] = None,
+) -> tuple[Array, Array]:
+    """Exact E_mu[vs_0 | s_0 = s] and E_mu[pg_advantages_0 | s_0 = s] of the BRACE estimator on a
+    segment of h steps bootstrapped from ``v`` at its end, for every h = 0..n_steps.
+
+    Returns (vs [n_steps + 1, S], pg [n_steps + 1, S]); row h is a segment of h steps (row 0:
+    vs = v, the bootstrap, and pg = 0). Infinite-horizon (or folded) MDP; episode ends are
+    the zero discounts gamma(s') of terminal next states. ``is_action`` (optional bool [S])
+    marks the states where the policy acts; at the others (tool / environment steps) the
+    transition law is mu's row, the ratio is 1 and the step does not count toward n.
+
+    By a recursion over (h steps to go, m prefix actions left) of the expected prefix part X
+    and tail part Z (the estimator docstring's two parts), E over a ~ mu, s' ~ P, with
+    gamma' = gamma(s'), delta = r + gamma' v(s') - v(s), w = c ("prefix") or 1 ("constant"):
+
+        X^m_0 = Z^m_0 = 0,   X^0_h = 0,   Z^0_h = E[delta + gamma' Z^0_{h-1}(s')]
+        m >= 1, policy state:  X^m_h = E[rho^c delta + gamma' c X^{m-1}_{h-1}(s')],
+                               Z^m_h = E[gamma' w Z^{m-1}_{h-1}(s')]
+        m >= 1, env state:     X^m_h = E[delta + gamma' X^m_{h-1}(s')],  Z^m_h = E[gamma' Z^m_{h-1}(s')]
+        vs_h = v + X^n_h + Z^n_h,
+        pg_h = E[min(rhobar_pg, rho) (r + gamma' vs_{h-1}(s') - v(s))]   (ratio 1 at env states)
+
+    Without environment states, vs_h = (n-step V-trace operator, lambda = 1)(v) + K^n
+    (T_mu^{h-n} v - v) for n <= h (``tests/tabular/test_brace_exact.py``), K as in
+    :func:`expected_brace_operator`.
+    """
+    _check_anchor(tail_anchor)
+    _infinite(mdp, "expected_segment_targets")
+    S = mdp.num_states
+    act = jnp.ones((S,), bool) if is_action is None else jnp.asarray(is_action, bool)
+    rho = jnp.where(act[:, None], jnp.where(mu > 0, exact.ratio_table(pi, mu), 0.0), 1.0)
+    prob = mu[:, :, None] * mdp.P                                      # [S, A, S']
+    gam = next_state_discounts(mdp)[None, None, :]
+    delta = mdp.R + gam * v[None, None, :] - v[:, None, None]
+    rho_c, c, rho_pg = (_clip(rho, bar)[:, :, None] for bar in (clip_rho_threshold, clip_c_threshold,
+                                                                 clip_pg_rho_threshold))
+    w = c if tail_anchor == "prefix" else jnp.ones_like(c)
+    E = lambda y: jnp.sum(jnp.where(prob > 0, prob * y, 0.0), axis=(1, 2))  # noqa: E731
+    levels = jax.vmap(E)  # over a leading axis of prefix budgets
+    nxt = lambda t: t[..., None, None, :]  # noqa: E731  (a table over s' -> [..., 1, 1, S'])
+    on = act[None, :]
+
+    def step(carry, _):  # one more step to go
+        x, z, vs_prev = carry
+        z0 = E(delta + gam * nxt(z[0]))[None]
+        x_act = levels((rho_c * delta)[None] + (gam * c)[None] * nxt(x[:-1]))
+        z_act = levels((gam * w)[None] * nxt(z[:-1]))
+        x_env = levels(delta[None] + gam[None] * nxt(x[1:]))
+        z_env = levels(gam[None] * nxt(z[1:]))
+        x = jnp.concatenate([jnp.zeros_like(z0), jnp.where(on, x_act, x_env)])
+        z = jnp.concatenate([z0, jnp.where(on, z_act, z_env)])
+        pg = E(rho_pg * (mdp.R + gam * nxt(vs_prev) - v[:, None, None]))
+        vs = v + x[-1] + z[-1]
+        return (x, z, vs), (vs, pg)
+
+    zeros = jnp.zeros((n + 1, S), v.dtype)
+    _, (vs, pg) = jax.lax.scan(step, (zeros, zeros, v), None, length=n_steps)
+    return jnp.concatenate([v[None], vs]), jnp.concatenate([jnp.zeros_like(v)[None], pg])
+
+
 # ------------------------------------------------------- sweep adapter (infinite horizon)
 
 
@@ -370,6 +439,7 @@ def variance_growth_rows(
 __all__ = [
     "CheckRow", "fold", "trace_matrix", "expected_brace_operator", "brace_fixed_point",
     "bias_closed_form", "bias_by_lag", "target_moments", "enumerate_targets", "bias_rows",
+    "expected_segment_targets",
     "variance_by_horizon", "variance_growth_rows", "segment_moments",
     "brace_moments_with_options", "brace_trajectory_target",
 ]

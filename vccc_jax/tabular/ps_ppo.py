@@ -46,8 +46,9 @@ Array = chex.Array
 
 class Enumeration(NamedTuple):
     """All padded sequences: prob [N], prompt [N], alive [N, H] (live policy-or-tool step),
-    returns [N] (discounted), x [N, H, D] per-step grad log pi (policy steps only; A not yet
-    applied), advantages [N] (G - E[G | p])."""
+    returns [N] (discounted), scores [N, H, D] per-step grad log pi (policy steps only; A not
+    yet applied), advantages [N] (G - E[G | p]), policy [N, H] (live policy steps: the
+    trainer's ``policy_step`` mask)."""
 
     prob: Array
     prompt: Array
@@ -55,6 +56,7 @@ class Enumeration(NamedTuple):
     returns: Array
     scores: Array
     advantages: Array
+    policy: Array
 
 
 def _sequences(task: tk.TokenTask) -> tuple[Array, Array]:
@@ -66,7 +68,7 @@ def _sequences(task: tk.TokenTask) -> tuple[Array, Array]:
 
 def _walk(task: tk.TokenTask, logits: Array, prompt: Array, seq: Array):
     """One padded sequence: (log-prob of each step [H] with gradient only on policy steps,
-    constant log-prob of the rest [H], alive [H], discounted return [])."""
+    constant log-prob of the rest [H], alive [H], discounted return [], policy step [H])."""
     log_pi_fn = tk.table_policy(logits)
     V = task.num_tokens
 
@@ -81,13 +83,13 @@ def _walk(task: tk.TokenTask, logits: Array, prompt: Array, seq: Array):
         ret = ret + jnp.where(alive, disc * out.reward, 0.0)
         new = (jnp.where(alive, out.q, q), jnp.where(alive, out.k, k), alive & ~out.ended,
                disc * out.discount, ret)
-        return new, (policy_lp, other_lp.astype(lp.dtype), alive)
+        return new, (policy_lp, other_lp.astype(lp.dtype), alive, is_act)
 
     dt = task.gamma.dtype
     init = (task.prompt_state[prompt], jnp.zeros((), jnp.int32), jnp.ones((), bool),
             jnp.ones((), dt), jnp.zeros((), dt))
-    (_, _, _, _, ret), (plp, olp, alive) = jax.lax.scan(step, init, jnp.arange(task.horizon))
-    return plp, olp, alive, ret
+    (_, _, _, _, ret), (plp, olp, alive, policy) = jax.lax.scan(step, init, jnp.arange(task.horizon))
+    return plp, olp, alive, ret, policy
 
 
 @jax.jit
@@ -97,15 +99,15 @@ def enumerate_task(task: tk.TokenTask, logits: Array) -> Enumeration:
     seqs, prompts = _sequences(task)
 
     def one(p, s):
-        plp, olp, alive, ret = _walk(task, logits, p, s)
+        plp, olp, alive, ret, policy = _walk(task, logits, p, s)
         jac = jax.jacrev(lambda th: _walk(task, th, p, s)[0])(logits)  # [H, P, H, Q, V]
-        return jnp.sum(plp + olp) - jnp.log(task.num_prompts), alive, ret, jac.reshape(task.horizon, -1)
+        return jnp.sum(plp + olp) - jnp.log(task.num_prompts), alive, ret, jac.reshape(task.horizon, -1), policy
 
-    logp, alive, ret, scores = jax.vmap(one)(prompts, seqs)
+    logp, alive, ret, scores, policy = jax.vmap(one)(prompts, seqs)
     prob = jnp.exp(logp)
     P = task.num_prompts
     mean_ret = jax.ops.segment_sum(prob * ret, prompts, P) / jax.ops.segment_sum(prob, prompts, P)
-    return Enumeration(prob, prompts, alive, ret, scores, ret - mean_ret[prompts])
+    return Enumeration(prob, prompts, alive, ret, scores, ret - mean_ret[prompts], policy)
 
 
 def objective(task: tk.TokenTask, logits: Array) -> Array:
@@ -208,8 +210,10 @@ def variance_cost(task, logits, laws, lengths=None) -> list[dict]:
 
 def tiny_task(key=None, *, tools: bool = False, dtype=jnp.float64) -> tk.TokenTask:
     """A task small enough to enumerate (V=3, H=4, Q=3, C=3, P=2: 162 sequences; with a
-    one-token tool call if ``tools``), EOS on class 0, a format reward and length penalty."""
-    key = jax.random.PRNGKey(3) if key is None else key
+    one-token tool call if ``tools``), EOS on class 0, a format reward and length penalty.
+    The default key gives a policy gradient that is nonzero at every position (key 3, the
+    earlier default, has none at the last one, so no check could see a bias there)."""
+    key = jax.random.PRNGKey(0) if key is None else key
     return tk.make_task(key, num_tokens=3, horizon=4, num_states=3, num_classes=3, num_prompts=2,
                         tool_length=1 if tools else 0, num_tool_states=1 if tools else 0,
                         accept_density=0.5, format_reward=0.1, length_penalty=0.05, gamma=1.0,

@@ -27,11 +27,14 @@ Layout
 ------
 - :mod:`.problems`   random problems (MDP, pi, stale versions mu_k, replay mixture, Vbar)
 - :mod:`.cells`      enumeration of (s, a, s') grids as estimator inputs
+- :mod:`.trajectories` enumeration of every length-T trajectory (multi-step estimators)
 - :mod:`.identities` per-problem exact identity sections (Eq 1-13), one vmapped graph per group
 - :mod:`.sections`   row sections: the Sec 4.1 bandit, the library V-trace (E[vs], E[pg],
                      GAE, time-limit cuts), expected_weight, stop-gradients, actor gradients,
                      the token testbed (Eq 5 with tool steps, Sec 7 top-k / raw-logits
-                     biases), BRACE, decoupled-correction routes, RAC and PS-PPO claims
+                     biases), BRACE, decoupled-correction routes, RAC and PS-PPO claims (the
+                     tabular operators), and each comparator's LIBRARY estimator
+                     (``estimators.related``) against its exact operator: ``*_library``
 - :mod:`.targets`    one-step targets vs their claims, exact and sampled
 - :mod:`.stats`      KS / binomial / chi-square via scipy.stats
 - :mod:`.runner`     :func:`run_verify`;  :mod:`.report` :class:`Row`, :func:`format_table`

@@ -94,41 +94,61 @@ def brace_rows(ctx) -> list[Row]:
 
 # ------------------------------------------------------------------- decoupled routes
 
-DEC_LAG, DEC_NOISE, DEC_DECAY = 2, 0.5, 0.5
+DEC_LAG, DEC_NOISE = 2, 0.5
+DEC_DECAY = DEC_LAG / (1.0 + DEC_LAG)  # PPO-EWMA's rate for a mean lag L (mean EMA age L), written out
+# (kind, clip, ppo_epsilon): the total ratio unclipped; truncation / mask with the PPO clip
+DEC_SETTINGS = (("ratio", None, None), ("truncate", 1.5, 0.2), ("mask", 1.5, 0.2))
 
 
-@functools.partial(fast_jit, static_argnums=(1,))
-def _decoupled_numbers(key, fns):
-    """Per route: (actor mean - ideal, critic mean - T_pi Vbar) unclipped, and (actor mean -
-    exact route's) clipped; fns = (actor_update_moments, critic_target_moments) (cache key)."""
-    actor_m, critic_m = fns
+@fast_jit
+def decoupled_problem(key):
+    """(mdp S=3 A=3, logits of 5 NPG versions [5, S, A], Vbar [S], inference-side mu of version
+    K - DEC_LAG with logit noise DEC_NOISE): the decoupled rows' problem."""
     k_m, k_th, k_v, k_n = jax.random.split(key, 4)
     mdp = random_mdp(k_m, 1, 3, 3, gamma=0.8)[0]
     hist = policy_history(mdp, jax.random.normal(k_th, (3, 3)), HistoryConfig(step_size=0.4, num_versions=5))
-    vbar = jax.random.normal(k_v, (3,))
     mu = td.inference_policy(hist.logits[-1 - DEC_LAG], noise_scale=DEC_NOISE, key=k_n)
-    pols = td.route_policies(hist.logits, DEC_LAG, mu, decay=DEC_DECAY)
+    return mdp, hist.logits, jax.random.normal(k_v, (3,)), mu
+
+
+@functools.partial(fast_jit, static_argnums=(1,))
+def _decoupled_numbers(problem, fns):
+    """(per route max |mean - ideal| of actor and critic unclipped [R], max |actor mean of the
+    naive route - exact route's| clipped, the exact operators of every route and setting of
+    ``DEC_SETTINGS`` (the truth of ``decoupled_library``)); fns = (actor_update_moments,
+    critic_target_moments)."""
+    actor_m, critic_m = fns
+    mdp, logits, vbar, mu = problem
+    pols = td.route_policies(logits, DEC_LAG, mu, decay=DEC_DECAY)
     pi = pols["pi"]
+    olds = jnp.stack([pols[r] for r in td.ROUTES])
     adv = ex.q_values(mdp, pi)
     adv = adv - jnp.sum(pi * adv, axis=-1, keepdims=True)
     ideal_actor = jnp.einsum("sa,sab->sb", pi * adv, ex.softmax_score(pi))
     ideal_critic = ex.bellman_operator(mdp, pi, vbar)
-    free = dict(kind="ratio", clip=None, ppo_epsilon=None)
-    clipped = dict(kind="truncate", clip=1.5, ppo_epsilon=0.2)
-    unbiased = jnp.stack([
-        jnp.maximum(jnp.max(jnp.abs(actor_m(mdp, pi, pols[r], mu, **free)[0] - ideal_actor)),
-                    jnp.max(jnp.abs(critic_m(mdp, pi, pols[r], mu, vbar, **free)[0] - ideal_critic)))
-        for r in td.ROUTES])
-    exact_mean = actor_m(mdp, pi, pols["exact"], mu, **clipped)[0]
-    naive_bias = jnp.max(jnp.abs(actor_m(mdp, pi, pols["behaviour"], mu, **clipped)[0] - exact_mean))
-    return unbiased, naive_bias
+    actor, critic = (jnp.stack([jax.vmap(lambda o: f(o, dict(kind=k, clip=c, ppo_epsilon=e)))(olds)
+                                for k, c, e in DEC_SETTINGS])
+                     for f in (lambda o, kw: actor_m(mdp, pi, o, mu, **kw)[0],
+                               lambda o, kw: critic_m(mdp, pi, o, mu, vbar, **kw)[0]))  # [K, R, ...]
+    unbiased = jnp.maximum(jnp.max(jnp.abs(actor[0] - ideal_actor[None]), axis=(1, 2)),
+                           jnp.max(jnp.abs(critic[0] - ideal_critic[None]), axis=1))
+    ex_i, naive_i = td.ROUTES.index("exact"), td.ROUTES.index("behaviour")
+    naive_bias = jnp.max(jnp.abs(actor[1, naive_i] - actor[1, ex_i]))  # truncate c=1.5, eps 0.2
+    truth = dict(pi_old=olds, adv=adv, delta=ex.bellman_targets(mdp, vbar) - vbar[:, None, None],
+                 actor=actor, critic=critic)
+    return unbiased, naive_bias, truth
+
+
+def decoupled_numbers(ctx):
+    """``_decoupled_numbers`` of the problem ``decoupled_problem(fold_in(ctx.key, 14))``, float64."""
+    with jax.enable_x64(True):
+        problem = decoupled_problem(jax.random.fold_in(ctx.key, 14))
+        return problem, _decoupled_numbers(problem, (td.actor_update_moments, td.critic_target_moments))
 
 
 def decoupled_rows(ctx) -> list[Row]:
     """Decoupled-correction routes (exact, ewma, behaviour) at lag 2 with inference noise."""
-    with jax.enable_x64(True):
-        unbiased, naive = (np.asarray(x) for x in _decoupled_numbers(
-            jax.random.fold_in(ctx.key, 14), (td.actor_update_moments, td.critic_target_moments)))
+    unbiased, naive = (np.asarray(x) for x in decoupled_numbers(ctx)[1][:2])
     routes = ", ".join(td.ROUTES)
     naive = float(naive)
     return [
@@ -144,28 +164,49 @@ def decoupled_rows(ctx) -> list[Row]:
 
 RAC_DELAYS = (0, 2, 4)
 RAC_KERNELS = ((1.0,), (0.6, 0.3, 0.1), (0.5, 0.5))
+# The library rows' configuration (``rac_library``): a delay-1 channel, clip active, lag 1.
+RAC_LIB_DELAYS, RAC_LIB_KERNELS, RAC_LIB_CLIP, RAC_LIB_LAG = (0, 1, 3), ((1.0,), (0.6, 0.3, 0.1), (0.5, 0.5)), 1.0, 1
 
 
-@functools.partial(fast_jit, static_argnums=(1,))
-def _rac_numbers(key, fns):
-    full_mass, linear, identity = fns[:3]  # fns[3:]: what the claims call (cache key only)
+@fast_jit
+def rac_problem(key):
+    """(mdp S=4 A=3, a history of 9 NPG versions' probabilities [9, S, A], 3 reward channels
+    [3, S, A, S']): the RAC rows' problem."""
     k_m, k_th, k_c = jax.random.split(key, 3)
     mdp = random_mdp(k_m, 1, 4, 3, gamma=0.9)[0]
     hist = policy_history(mdp, initial_logits(k_th, 1, 4, 3, 1.0)[0], HistoryConfig(step_size=0.4, num_versions=9))
-    ch = rac.split_rewards(k_c, mdp.R, 3)
-    a = full_mass(mdp, ch, RAC_DELAYS, RAC_KERNELS, hist.probs)
-    b = [linear(mdp, ch, RAC_DELAYS, (0.6, 0.3, 0.1), m, hist.probs, behaviour_lag=1) for m in (0.5,)]
-    c = identity(mdp, ch, hist.probs, clip=1.0, behaviour_lag=2)
-    return jnp.stack(a), jnp.stack([jnp.stack(x) for x in b], axis=1), jnp.stack(c)
+    return mdp, hist.probs, rac.split_rewards(k_c, mdp.R, 3)
+
+
+@functools.partial(fast_jit, static_argnums=(1,))
+def _rac_numbers(problem, fns):
+    """(the three claims' pairs, the truth of ``rac_library``: the exact expected update of the
+    library rows' configuration, the channel values V_c^pi [C, S] and d^pi [S] of pi_K)."""
+    full_mass, linear, identity, expected_update = fns[:4]  # fns[4:]: what the claims call (cache key only)
+    mdp, probs, ch = problem
+    a = full_mass(mdp, ch, RAC_DELAYS, RAC_KERNELS, probs)
+    b = [linear(mdp, ch, RAC_DELAYS, (0.6, 0.3, 0.1), m, probs, behaviour_lag=1) for m in (0.5,)]
+    c = identity(mdp, ch, probs, clip=1.0, behaviour_lag=2)
+    pi = probs[-1]
+    truth = dict(update=expected_update(mdp, ch, RAC_LIB_DELAYS, RAC_LIB_KERNELS, probs, "rac", clip=RAC_LIB_CLIP,
+                                        behaviour_lag=RAC_LIB_LAG),
+                 channel_values=jax.vmap(lambda r: ex.policy_value(mdp.replace(R=r), pi))(ch),
+                 visitation=ex.visitation(mdp, pi, normalize=False))
+    return (jnp.stack(a), jnp.stack([jnp.stack(x) for x in b], axis=1), jnp.stack(c)), truth
+
+
+def rac_numbers(ctx):
+    """(problem, ``_rac_numbers`` of it) for ``rac_problem(fold_in(ctx.key, 15))``, float64."""
+    with jax.enable_x64(True):
+        problem = rac_problem(jax.random.fold_in(ctx.key, 15))
+        return problem, _rac_numbers(problem, (
+            rac.claim_unbiased_full_mass, rac.claim_linear_in_unreinjected, rac.claim_identity_is_vtrace,
+            rac.expected_update, rac.channel_update, rac.vtrace_actor_update))
 
 
 def rac_rows(ctx) -> list[Row]:
     """RAC's three claims on one MDP (S=4 A=3, 3 reward channels, delays (0, 2, 4))."""
-    with jax.enable_x64(True):
-        a, b, c = (np.asarray(x) for x in _rac_numbers(
-            jax.random.fold_in(ctx.key, 15),
-            (rac.claim_unbiased_full_mass, rac.claim_linear_in_unreinjected, rac.claim_identity_is_vtrace,
-             rac.channel_update, rac.expected_update, rac.vtrace_actor_update)))
+    a, b, c = (np.asarray(x) for x in rac_numbers(ctx)[1][0])
     return [
         pair_row("RAC: no clip, kernel mass 1 -> unbiased", "RAC", 1, *a, 1e-10,
                  f"||bias|| over 3 channels, delays {RAC_DELAYS}, kernels {RAC_KERNELS}"),
