@@ -1,5 +1,6 @@
-"""``vccc sweep``: a tabular staleness sweep, an async actor-critic grid or a comparator
-study (kinds critic_free, decoupled, rac, rac_wallclock), resumable.
+"""``vccc sweep``: a tabular staleness sweep, an async actor-critic grid, a comparator
+study (kinds critic_free, decoupled, rac, rac_wallclock) or the actor x critic correction map
+(kind actor_map), resumable.
 
     vccc sweep                                     # experiments/tabular_default.toml
     vccc sweep --config experiments/async_ac.toml  # kind = "async_ac"
@@ -50,8 +51,8 @@ def build_parser() -> Parser:
                description="Staleness x clipping sweep on tabular MDPs, or an async actor-critic "
                "grid (resumable: rerun the same command after an interruption).")
     p.add_argument("--config", default=None,
-                   help="experiment .toml (kind tabular_sweep, async_ac, critic_free, decoupled, rac or "
-                   "rac_wallclock; default: "
+                   help="experiment .toml (kind tabular_sweep, async_ac, critic_free, decoupled, rac, "
+                   "rac_wallclock or actor_map; default: "
                    "experiments/tabular_default.toml)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override the config: base.FIELD=V, base.TABLE.FIELD=V, "
@@ -117,7 +118,8 @@ def main(argv: Optional[list[str]] = None):
     return run
 
 
-SWEEP_KINDS = ("tabular_sweep", "async_ac", "critic_free", "decoupled", "rac", "rac_wallclock")
+SWEEP_KINDS = ("tabular_sweep", "async_ac", "critic_free", "decoupled", "rac", "rac_wallclock",
+               "actor_map")
 
 
 def plan(exp):
@@ -143,6 +145,10 @@ def plan(exp):
         from vccc_jax.runs.decoupled import validate
 
         cells, body = validate(exp), _decoupled
+    elif exp.kind == "actor_map":  # actor x critic corrections, exact (runs/actor_map.py)
+        from vccc_jax.runs.actor_map import validate
+
+        cells, body = validate(exp), _actor_map
     elif exp.kind == "rac":  # exact RAC bias cut (runs/rac.py)
         from vccc_jax.runs.rac import validate_bias_cut
 
@@ -275,6 +281,31 @@ def _decoupled(exp, args, t0: float) -> int:
 
         fig = comparators.fig_decoupled_routes(result, noise=result["threshold_axes"]["noise"])
         print(f"figures: {', '.join(map(str, save(fig, Path(args.figures) / exp.name)))}")
+    return 0
+
+
+def _actor_map(exp, args, t0: float) -> int:
+    from vccc_jax.analysis import actor_map as stats
+    from vccc_jax.runs import actor_map
+    from vccc_jax.runs.progress import format_seconds
+
+    path, rows = actor_map.run_study(exp, args.results, progress=not args.no_progress)
+    exact = [r for r in rows if r["cell"]["study"] == "exact"]
+    for task in exp.grid.tasks:
+        if exact:
+            print(f"\n{task}: largest lag with cos >= 0.9 / 0.5 to Eq 12")
+            print(stats.tolerance_markdown(rows, task, "eq12"))
+    if any(r["cell"]["study"] == "train" for r in rows):
+        print("\nreturn AUC, paired per seed against the uncorrected critic")
+        print(stats.paired_markdown(rows))
+    print(f"\n{len(rows)} cells in {path} ({format_seconds(time.perf_counter() - t0)} wall this run)")
+    if not args.no_figures and exact:
+        from vccc_jax.plotting import save
+        from vccc_jax.plotting.actor_map import fig_actor_map
+
+        out = Path(args.figures) / exp.name
+        paths = save(fig_actor_map(rows, "eq12"), out / "actor_map_eq12")
+        print(f"figures: {', '.join(map(str, paths))}")
     return 0
 
 

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 KINDS = ("tabular_sweep", "async_ac", "train", "pipeline", "critic_free", "decoupled", "rac",
-         "rac_wallclock")
+         "rac_wallclock", "actor_map")
 
 
 class ConfigError(ValueError):
@@ -472,6 +472,62 @@ class RacWallclockGrid:
     methods: list = _f(list, ["drop", "wait", "rac"], item=str)
 
 
+# ---------------------------------------------------------------------------- actor_map
+
+# [[base.tasks]] kinds: the generator whose keywords a task table holds, plus the map's own keys.
+ACTOR_MAP_TASKS = {"tabular": ("tabular/mdp", "random_mdp", ("key", "num_mdps", "dtype")),
+                   "token": ("tabular/token", "make_task", ("key", "dtype"))}
+ACTOR_MAP_TASK_KEYS = {"kind": (str, True), "name": (str, True), "history_step": (float, False),
+                       "init_scale": (float, False), "lr": (float, False), "train": (bool, False)}
+
+
+def check_actor_map_task(table: Any, where: str) -> dict:
+    """A ``[[base.tasks]]`` table: kind (tabular | token), name, the generator's keywords
+    (``tabular.mdp.random_mdp`` / ``tabular.token.make_task``) and history_step, init_scale,
+    lr, train (``runs.actor_map``)."""
+    _check_type(table, dict, where)
+    kind = table.get("kind")
+    if kind not in ACTOR_MAP_TASKS:
+        raise ConfigError(f"{where}.kind must be one of {', '.join(ACTOR_MAP_TASKS)}, got {kind!r}")
+    return check_table(table, {**ACTOR_MAP_TASK_KEYS, **source_fields(*ACTOR_MAP_TASKS[kind])},
+                       where)
+
+
+@dataclass(frozen=True)
+class ActorMapBase:
+    """What every cell of the actor-correction map shares (see ``runs.actor_map``)."""
+
+    tasks: list = _f(list, item=dict)       # [[base.tasks]]: name, kind, generator keywords
+    seed: int = _f(int, 0)
+    num_seeds: int = _f(int, 4)             # problem instances (random problem + init) per task
+    temperature: float = _f(float, 0.7)     # the "temperature" sampler (top-p off)
+    top_p: float = _f(float, 0.9)           # the "top_p" sampler (temperature 1)
+    critic_clip: float = _f(float, 2.0)     # c of the truncated critic
+    vtrace_rhobar: float = _f(float, 1.0)   # rhobar = cbar of the V-trace critic
+    centred: bool = _f(bool, False)         # Eq 13 score centring of the per-state rows
+    row_params: dict = _f(dict, {})         # [base.row_params.<row>]: the row's parameters
+    train_updates: int = _f(int, 128)       # updates of every training run
+    train_decomposition: bool = _f(bool, False)  # also the bias parts along every run (~2x cost)
+
+    def __post_init__(self):
+        for i, t in enumerate(self.tasks):
+            check_actor_map_task(t, f"base.tasks[{i}]")
+        for name, opts in self.row_params.items():  # names / values: the registry's (runner)
+            for k, v in _check_type(opts, dict, f"base.row_params.{name}").items():
+                _check_type(v, (int, float, str, bool), f"base.row_params.{name}.{k}")
+
+
+@dataclass(frozen=True)
+class ActorMapGrid:
+    tasks: list = _f(list, item=str)                             # names of base.tasks
+    rows: list = _f(list, item=str)                              # actor-registry rows
+    lags: list = _f(list, [0, 1, 4, 16, 64, 256], item=int)
+    samplers: list = _f(list, ["temperature", "top_p"], item=str)
+    studies: list = _f(list, ["exact", "train"], item=str)
+    train_rows: list = _f(list, [], item=str)   # rows of the train study ([]: grid.rows)
+    train_lags: list = _f(list, [], item=int)   # lags of the train study ([]: grid.lags)
+
+
 # ---------------------------------------------------------------------------- experiment
 
 
@@ -497,6 +553,7 @@ _PARTS = {
     "decoupled": (DecoupledBase, DecoupledGrid),
     "rac": (RacBase, RacGrid),
     "rac_wallclock": (RacWallclockBase, RacWallclockGrid),
+    "actor_map": (ActorMapBase, ActorMapGrid),
 }
 
 
