@@ -302,7 +302,7 @@ def test_second_ctrl_c_quits_even_while_the_main_thread_is_busy(capsys):
         where.append(threading.current_thread() is threading.main_thread())
         forced.set()
 
-    with cmd._SigintStops(on_force=on_force) as stop:
+    with cmd._SigintStops(on_force=on_force, announce=True) as stop:
         os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the loop stops itself
         for _ in range(6000):  # safety net only (60 s): the watcher answers in microseconds
             if stop():

@@ -5,7 +5,8 @@ device and split over an (8, 1) mesh, into two stores. Writes OUT/rows.json:
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=8 "
+                           + os.environ.get("XLA_FLAGS", ""))  # + the suite's (conftest.py)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import json  # noqa: E402

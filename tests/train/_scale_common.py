@@ -9,7 +9,9 @@ FLAGS = "--xla_cpu_max_isa=SSE4_2"
 
 
 def set_devices(n: int) -> None:
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n} {FLAGS}"
+    # + the suite's flags inherited from tests/conftest.py (optimisation level 0)
+    inherited = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n} {FLAGS} {inherited}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 

@@ -108,8 +108,10 @@ def _lag0_trajectory():
     ("vtrace", "vtrace", "value"),
 ])
 def test_lag0_every_target_equals_its_on_policy_form(critic, reference, baseline):
-    """On a real lag-0 rollout each corrected target and advantage equals, bit for bit, the
-    on-policy learner's (correct=False: rho := 1). Clipped (Eq 10) and Z-centred (§4.2,
+    """On a real lag-0 rollout each corrected target and advantage equals the on-policy
+    learner's (correct=False: rho := 1) to float32 rounding: two XLA programs, and whether
+    (rho - 1) * x with rho == 1 folds away bit for bit depends on the optimisation level (the
+    suite compiles at level 0, tests/conftest.py), so 2 ulp. Clipped (Eq 10) and Z-centred (§4.2,
     exact Z = 1) reduce to Vbar + delta like VCCC; the naive clipped control to H; V-trace
     to V-trace with rho := 1, i.e. the GAE(lambda) target."""
     state, traj = _lag0_trajectory()
@@ -118,13 +120,11 @@ def test_lag0_every_target_equals_its_on_policy_form(critic, reference, baseline
     a = _prepare(cfg)(traj, state.critic_params)
     b = _prepare(ref)(traj, state.critic_params)
     assert np.all(np.asarray(a.inputs.transitions.log_rhos) == 0.0)
-    if critic == "centered_baseline" and baseline == "zero":
-        # Z(s) = sum_a mu(a) w(a) is 1 only to float32 rounding (a sum of a softmax), and with
-        # b = 0 its (1 - Z)(b - Vbar) term is ~1 ulp of Vbar (b = Vbar cancels it exactly)
-        np.testing.assert_allclose(a.targets, b.targets, rtol=2.5e-7, atol=0)
-    else:
-        np.testing.assert_array_equal(a.targets, b.targets)
-    np.testing.assert_array_equal(a.advantages, b.advantages)
+    # (centred, b = 0: Z(s) = sum_a mu(a) w(a) is 1 only to rounding, so (1 - Z)(b - Vbar) is
+    # ~1 ulp of Vbar)
+    np.testing.assert_allclose(a.targets, b.targets, rtol=2.5e-7, atol=0)
+    ulp2 = 2.5e-7 * float(np.max(np.abs(b.targets)))  # advantage = target - value: its ulps
+    np.testing.assert_allclose(a.advantages, b.advantages, rtol=0, atol=ulp2)
     np.testing.assert_array_equal(a.log_mu, b.log_mu)
     if critic == "vtrace":  # ... and with rho == 1 the V-trace target is the GAE target
         # (a different XLA program, so equal to float32 rounding rather than bitwise)
@@ -190,7 +190,9 @@ def test_lagged_run_diagnostics_and_ground_truth(tmp_path_factory):
     assert np.all(m["lag_mean"][0] == 0.0)  # only one version exists at the first update
     assert np.all(m["lag_mean"][3:] > 0.0)
     assert np.all((m["ess"] > 0) & (m["ess"] <= 1.0 + 1e-6))
-    assert np.all(m["kl_pi_mu"] > 0.0)  # temperature 0.9: behaviour != target even at lag 0
+    # temperature 0.9: behaviour != target even at lag 0 (at update 0 the fresh policy is near
+    # uniform, so its KL is ~1e-8 and may round below 0)
+    assert np.all(m["kl_pi_mu"][1:] > 0.0) and np.all(m["kl_pi_mu"][0] > -1e-6)
     for k in ("critic_loss", "actor_loss", "entropy", "kl_pi_mu"):
         assert np.all(np.isfinite(m[k])), k
     # ground truth at updates 3 and 7 only ((idx + 1) % 4 == 0): the update index carries

@@ -373,8 +373,8 @@ def _interruptible(body, *args_) -> int:
 
 
 class _SigintStops:
-    """While active, the first Ctrl-C (SIGINT) sets a flag (``stop()`` is True) and says so at
-    once; the training loop checkpoints after the chunk in flight and stops. A second Ctrl-C
+    """While active, the first Ctrl-C (SIGINT) sets a flag (``stop()`` is True; at a terminal it
+    says so at once); the training loop checkpoints after the chunk in flight and stops. A second Ctrl-C
     quits at once: ``on_force()`` (default: exit 130 with ``message()``), even while the main
     thread is inside a compile or a jitted call, where Python signal handlers cannot run: a
     watcher thread reads the signal from ``signal.set_wakeup_fd``, which the C-level handler
@@ -383,9 +383,13 @@ class _SigintStops:
     Outside the main thread it does nothing (signals go there)."""
 
     def __init__(self, message: Callable[[], str] = lambda: "interrupted",
-                 on_force: Optional[Callable[[], None]] = None):
+                 on_force: Optional[Callable[[], None]] = None,
+                 announce: Optional[bool] = None):
         self.requested, self.old, self.count = False, None, 0
         self.message = message
+        # at a terminal the first Ctrl-C is acknowledged at once (a chunk or compile can take
+        # minutes); piped stderr keeps the one-line contract
+        self.announce = sys.stderr.isatty() if announce is None else announce
         self.on_force = on_force or (lambda: _exit_interrupted(self.message()))
 
     def __call__(self) -> bool:
@@ -408,8 +412,10 @@ class _SigintStops:
                 self.count += 1
                 if self.count == 1:
                     self.requested = True
-                    print("\nvccc train: stopping after the updates in flight (they are "
-                          "checkpointed); Ctrl-C again to quit now", file=sys.stderr, flush=True)
+                    if self.announce:
+                        print("\nvccc train: stopping after the updates in flight (they "
+                              "are checkpointed); Ctrl-C again to quit now", file=sys.stderr,
+                              flush=True)
                 else:
                     self.on_force()
                     return
