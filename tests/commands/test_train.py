@@ -140,6 +140,12 @@ def test_summarize_means_and_t_intervals(tmp_path):
     assert s["final_eval_return"]["mean"] == pytest.approx(101.0)
     assert s["gt_mse"]["mean"] == pytest.approx(4.0)
     assert s["gt_rel_err"]["mean"] == pytest.approx(0.04)
+    assert "exact_err_pi" not in s  # gymnax: no exact truth
+    # tabular / token envs: the exact critic error, averaged over the second half's evaluations
+    exact = [dict(r, exact_err_pi=float(r["update"] + r["seed"]) if (r["update"] + 1) % 5 == 0
+                  else float("nan")) for r in _fake_rows()]
+    got = summarize(exact)["exact_err_pi"]["per_seed"]  # updates 14 and 19 (10..19 is the half)
+    np.testing.assert_allclose(got, [16.5, 17.5, 18.5])
     path = plotting.plot_learning_curves(_fake_rows(), tmp_path / "c.png", "t")
     assert path.stat().st_size > 1000
 

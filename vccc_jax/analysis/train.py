@@ -34,6 +34,8 @@ def summarize(rows: list[dict]) -> dict:
     final_eval_return: the current policy's return, mean of the last 3 evaluations.
     gt_mse / gt_rel_err: critic error vs Monte-Carlo V^{pi_k} (squared; |error| / |V|),
       averaged over the evaluations in the second half of training.
+    exact_err_pi: (``tabular:`` / ``token:`` envs) critic RMSE to the exact V^{pi_k}, averaged
+      over the exact evaluations in the second half of training.
     """
     ret = metric_column(rows, "return")
     num_updates = ret.shape[0]
@@ -57,6 +59,10 @@ def summarize(rows: list[dict]) -> dict:
         if np.any(keep):
             per_seed["gt_mse"] = np.nanmean(np.where(keep, mse, np.nan), axis=0)
             per_seed["gt_rel_err"] = np.nanmean(np.where(keep, mae / np.abs(val), np.nan), axis=0)
+        err = metric_column(rows, "exact_err_pi")  # all NaN where the env has no exact truth
+        keep = late[:, None] & np.isfinite(err)
+        if np.any(keep):
+            per_seed["exact_err_pi"] = np.nanmean(np.where(keep, err, np.nan), axis=0)
     summary = {}
     for k, v in per_seed.items():
         mean, half = mean_ci(v[None], axis=-1) if v.ndim == 0 else mean_ci(v)

@@ -63,7 +63,8 @@ EXIT_INTERRUPTED = 130
 DEFAULT_CHECKPOINT_EVERY = "5m"
 
 ALIASES = {"num_seeds": ["--seeds"], "total_timesteps": ["--timesteps"]}
-SUMMARY_KEYS = ("final_return", "final_eval_return", "gt_mse", "gt_rel_err", "lag_mean", "ess")
+SUMMARY_KEYS = ("final_return", "final_eval_return", "gt_mse", "gt_rel_err", "exact_err_pi",
+                "lag_mean", "ess")
 
 
 def _parse_value(text: str, default: Any):
