@@ -61,7 +61,8 @@ def test_sweep_command_dispatches_and_resumes(study, tmp_path, capsys):
                        "--figures", str(tmp_path)]) == 0
     assert (results / "routes_tiny.jsonl").read_bytes() == before  # nothing recomputed
     assert (tmp_path / "routes_tiny.png").read_bytes()[:4] == b"\x89PNG"
-    assert "bias vs exact route" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "bias vs exact route" in out and "lag 2" in out  # nearest noise to 0.3 in the grid: 0.5
 
 
 def test_validation_names_the_key():

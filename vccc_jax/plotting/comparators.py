@@ -115,7 +115,11 @@ def fig_decoupled_routes(study: dict, noise: float = 0.3):
     the exact route, actor variance, critic-target bias vs exact; plus the threshold grid
     (P[PPO clip fires] at lag 0 over clip x eps, per route). log2(1 + lag) axes at the lags
     run; a bias that is exactly 0 (the exact route itself; a route equal to it at some lag)
-    sits in the panel's "exact" strip. Returns a Figure."""
+    sits in the panel's "exact" strip. ``noise`` not in the grid: the nearest one run.
+    Returns a Figure."""
+    noises = sorted({r["noise"] for r in study["rows"]})
+    if noise not in noises and noises:  # a grid without the threshold noise: the nearest run
+        noise = min(noises, key=lambda x: abs(x - noise))
     rows = [r for r in study["rows"] if r["noise"] == noise]
     fig, axes = plt.subplots(1, 4, figsize=(TWO_COLUMN, 2.6), layout="constrained")
     panels = [("actor_bias_vs_exact", "actor bias vs exact route", "bias (norm)"),

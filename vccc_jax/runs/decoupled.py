@@ -192,6 +192,9 @@ def summary_table(result: dict, noise: Optional[float] = None) -> str:
     """Route x lag table of MDP-mean actor / critic bias vs the exact route (one noise level;
     default: the threshold noise), plus the lag-0 fire probabilities at the middle epsilon."""
     noise = result["threshold_axes"]["noise"] if noise is None else noise
+    noises = sorted({r["noise"] for r in result["rows"]})
+    if noise not in noises and noises:  # a grid without the threshold noise: the nearest run
+        noise = min(noises, key=lambda x: abs(x - noise))
     rows = [r for r in result["rows"] if r["noise"] == noise]
     lags = sorted({r["lag"] for r in rows})
     routes = list(dict.fromkeys(r["route"] for r in rows))
