@@ -219,7 +219,8 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     first waits for pending saves, so a returned or raised run leaves no save half done.
     ``command``: the command line recorded in the provenance (default ``sys.argv``).
     ``track``: a ``runs.tracking`` spec (``tensorboard``: event files in ``<out>/tensorboard``,
-    the mean over seeds of every metric at each update). Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
+    the mean over seeds of every metric at each update).
+    Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
 
     from vccc_jax.train import checkpoint as ck
     from vccc_jax.train import sharding as sh
