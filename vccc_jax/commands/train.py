@@ -375,8 +375,8 @@ def _interruptible(body, *args_) -> int:
 
 class _SigintStops:
     """While active, the first Ctrl-C (SIGINT) sets a flag (``stop()`` is True; at a terminal it
-    says so at once); the training loop checkpoints after the chunk in flight and stops. A second Ctrl-C
-    quits at once: ``on_force()`` (default: exit 130 with ``message()``), even while the main
+    says so at once); the training loop checkpoints after the chunk in flight and stops. A
+    second Ctrl-C quits at once: ``on_force()`` (default: exit 130 with ``message()``), even while the main
     thread is inside a compile or a jitted call, where Python signal handlers cannot run: a
     watcher thread reads the signal from ``signal.set_wakeup_fd``, which the C-level handler
     writes as the signal arrives. Quitting between saves is safe: a save is a rename of a
