@@ -320,7 +320,12 @@ def test_trained_curves_fixed_points_have_their_own_style_and_exact_ones_are_nam
         curves = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
         fixed = [ln for ln in ax.get_lines() if ln.get_label().startswith("_") and len(set(ln.get_ydata())) == 1
                  and ln.get_linestyle() != "None"]
+        from matplotlib.lines import Line2D
+
+        # every curve style a method can have (V-trace's (5, 2) included), and the plain ones
+        styles = set(plotting_style.LINESTYLES.values()) | {"-", "--", ":", "-."}
         patterns = {tuple(ln._unscaled_dash_pattern[1] or ()) for ln in curves}
+        patterns |= {tuple(Line2D([0], [0], ls=st)._unscaled_dash_pattern[1] or ()) for st in styles}
         assert fixed and all(tuple(ln._unscaled_dash_pattern[1]) not in patterns for ln in fixed)
         exact = [m for m in ("vccc", "vccc_bstar") if R.get(R.families[0], m, R.default_law(),
                                                            R.default_lag(), None)["fp_err_rms"] < 1e-6]

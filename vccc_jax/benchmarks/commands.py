@@ -72,7 +72,7 @@ ROWS = (
     Row("train-readme", "start", ("train", "--env", "CartPole-v1", "--lag", "geometric:8",
                                   "--critic", "vccc", "--actor", "centered-mask", "--seeds", "8",
                                   "--out", "{tmp}/train", "--quiet"),
-        "one neural run: 8 seeds x 5e5 env steps, Monte-Carlo ground truth 20 times, curves.png"),
+        "one neural run: 8 seeds x 5e5 env steps, Monte-Carlo ground truth 10 times, curves.png"),
     Row("brace-tabular", "comparators", ("sweep", "--config", "experiments/brace_tabular.toml",
                                          "--results", "{tmp}/results", "--no-figures",
                                          "--no-progress"), "BRACE vs VCCC / V-trace, exact"),

@@ -28,7 +28,7 @@ multi-host flags.) ``jax.distributed`` starts before the trainer is imported: gy
 arrays at import time, which would start a single-process backend.
 
 Ground truth is on for a run from flags: without ``--gt-every`` it is evaluated
-``GT_POINTS`` (20) times over the run (:func:`default_gt_every`; Monte Carlo V^{pi_k} on
+``GT_POINTS`` (10) times over the run (:func:`default_gt_every`; Monte Carlo V^{pi_k} on
 gymnax, exact on ``tabular:`` / ``token:``), so the first run's curves.png shows the critic
 error; ``--gt-every 0`` turns it off (a ``--config`` keeps its own value).
 
@@ -68,7 +68,7 @@ EXIT_INTERRUPTED = 130
 DEFAULT_CHECKPOINT_EVERY = "5m"
 
 ALIASES = {"num_seeds": ["--seeds"], "total_timesteps": ["--timesteps"]}
-GT_POINTS = 20  # ground-truth evaluations over a run from flags (default_gt_every)
+GT_POINTS = 10  # ground-truth evaluations over a run from flags (default_gt_every)
 SUMMARY_KEYS = ("final_return", "final_eval_return", "gt_mse", "gt_rel_err", "exact_err_pi",
                 "lag_mean", "ess")
 

@@ -89,9 +89,12 @@ def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
         ax.set_title(name)
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
-    bars = "line: mean" + (f"; band: {interval_method(n_seeds)}" if n_seeds >= 2 else f" ({interval_method(n_seeds)})")
-    bars += "; thin lines: each seed" if 1 < n_seeds < FEW_SEEDS else ""
-    fig.suptitle((title + "\n" if title else "") + stats_note(n_seeds, "seeds", bars))
+    # one short line each (the figure is 2 panels wide): what the band is, then the seeds
+    note = (f"line: mean; band: {interval_method(n_seeds)}" if n_seeds >= 2
+            else f"line: the one seed ({interval_method(n_seeds)})")
+    if 1 < n_seeds < FEW_SEEDS:
+        note += "\nthin lines: each seed"
+    fig.suptitle((title + "\n" if title else "") + note, fontsize=9)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
