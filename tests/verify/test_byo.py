@@ -286,6 +286,7 @@ def test_bad_targets_raise_one_line(target, needle):
     (["--target", f"{GALLERY_PATH}:uncorrected", "--kind", "actor"], "actor weight"),
     (["--target", "vccc_jax.estimators:CRITIC_TARGETS.vtrace"], "has no shared sequence function"),
     (["--claim", "vpi"], "need --target"),
+    (["--loss-ready"], "--loss-ready need --target"),
 ])
 def test_cli_bad_targets_are_one_line_status_2(argv, needle, capsys):
     assert cmd.main(argv) == 2
