@@ -262,7 +262,8 @@ def fig_variance_vs_clip(rows, family=None, law=None, lag=None,
                                                    "naive_baseline", "centered_baseline")):
     """Exact target variance at the fixed point (sum_s d_mix(s) Var[Y|s]) vs clip c, with
     the unclipped VCCC targets and the uncorrected target as horizontal references (the log
-    axis has a labelled tick within a factor 1.25 of each: ``style.log_ticks`` focus)."""
+    axis has labelled ticks within a factor 1.25 below and above them: ``style.log_ticks``
+    focus)."""
     R = rows if isinstance(rows, Rows) else Rows(rows)
     family = family or R.families[0]
     law = law or R.default_law()
