@@ -76,3 +76,27 @@ def test_where_bias_sees_a_version_free_bias_across_groups():
     where = "m#" + str(np.unravel_index(np.argmax(np.abs([e1, e2][big[1]])), [e1, e2][big[1]].shape)[0] + 3 * big[1])
     assert f"at {where} state" in lines[1]
     assert D.where_bias([np.zeros((2, 4, 3))], [_problem(rng, 2, 4, 3)], GROUPS, ["a", "b"], 1e-10) == []
+
+
+FIELDS = ("rewards", "discounts", "values", "next_values", "log_rhos", "baseline")
+
+
+@pytest.mark.parametrize("grads, named", [
+    ((0.0, 0.0, 0.0, 0.0, 0.0, 0.0), []),
+    ((1.0, 2.0, 0.0, 0.0, 0.0, 0.0), []),                       # rewards / discounts: harmless
+    ((1.0, 0.0, 0.0, 3.0, 0.5, 0.0), ["next_values", "log_rhos"]),
+])
+@pytest.mark.parametrize("loss_ready", [False, True])
+def test_gradient_row_warns_unless_a_loss_ready_target_is_asked_for(grads, named, loss_ready):
+    row, lines = D.gradient_row("t: stop_gradient", 7, grads, FIELDS, loss_ready)
+    harmful = [g for f, g in zip(FIELDS, grads) if f not in ("rewards", "discounts")]
+    assert row.error == max(harmful) and row.mdps == 7
+    if not named:
+        assert row.passed and lines == [] and row.detail == "all inputs"
+        return
+    where = ", ".join(named)
+    assert row.passed != loss_ready
+    assert f"gradient flows into {where}" in row.detail and "rewards" not in row.detail
+    (line,) = lines
+    assert line.startswith("warning:") != loss_ready and "jax.lax.stop_gradient" in line
+    assert "docs/layout.md" in line and "DESIGN.md" not in line
