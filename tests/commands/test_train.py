@@ -62,7 +62,7 @@ def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys, monkey
     assert titles == ["behaviour-policy return", "current-policy return",
                       r"critic error to $V^{\pi_k}$ (Monte Carlo)", "effective sample size"]
     rows = list(csv.DictReader(open(out / "metrics.csv")))
-    for col in ("gt_mse", "gt_rel_err", "gt_value", "eval_return"):
+    for col in ("gt_mse", "gt_mae", "gt_value", "eval_return"):
         assert all(np.isfinite(float(r[col])) for r in rows), col
     # --track tensorboard: the mean over seeds of each metric at each update
     events = read_events(next((out / "tensorboard").glob("events.*")))
