@@ -124,8 +124,9 @@ def test_ground_truth_is_on_by_default_for_a_run_from_flags():
     assert cmd.GT_POINTS == 10
     assert cmd.default_gt_every({"total_timesteps": 500_000, "num_envs": 4, "num_steps": 128}) == 97
     assert cmd.default_gt_every({"total_timesteps": 512, "num_envs": 4, "num_steps": 32}) == 1
-    fields = cmd.build_parser().parse_args(["--gt-every", "0"])
-    assert cmd._overrides(fields)["gt_every"] == 0
+    assert _fields(["--gt-every", "0"])["gt_every"] == 0
+    assert _fields(["--timesteps", "512", "--num-steps", "32"])["gt_every"] == 1
+    assert _fields(["--pi-old-route", "exact"])["gt_every"] == 0  # its actor may not allow it
 
 
 def test_config_file_with_flag_override(tmp_path):
@@ -219,8 +220,10 @@ def test_shipped_train_experiments_build_valid_configs():
 
 
 def _fields(argv):
-    """The resolved TrainConfig fields of ``vccc train ARGV`` (pure Python)."""
-    return run_lib.resolve_fields(cmd._overrides(cmd.build_parser().parse_args(argv)))
+    """The resolved TrainConfig fields of ``vccc train ARGV`` (pure Python; ground truth on
+    as for any run from flags)."""
+    flags = cmd._overrides(cmd.build_parser().parse_args(argv))
+    return cmd.with_ground_truth(run_lib.resolve_fields(flags), flags)
 
 
 @pytest.fixture(scope="module")

@@ -240,6 +240,14 @@ def default_gt_every(fields: dict) -> int:
     return max(1, updates // GT_POINTS)
 
 
+def with_ground_truth(fields: dict, flags: dict) -> dict:
+    """The resolved fields of a run from flags with ground truth on (:func:`default_gt_every`)
+    unless the flags give ``gt_every`` (or a pi_old_route whose actor may not allow it)."""
+    if "gt_every" in flags or fields["pi_old_route"]:
+        return fields
+    return dict(fields, gt_every=default_gt_every(fields))
+
+
 def add_critic_free_flags(p) -> None:
     """--critic-free LAW and the flags of its own (``runs.critic_free.FLAGS``)."""
     from vccc_jax.runs.critic_free import FLAGS
@@ -347,8 +355,8 @@ def _prepare(argv: list[str]):
     where = exp.path if exp is not None else "train flags"
     fields = runs_train.resolve_fields(dict(exp.base if exp is not None else {}, **overrides),
                                        where)
-    if exp is None and "gt_every" not in overrides and not fields["pi_old_route"]:
-        fields["gt_every"] = default_gt_every(fields)
+    if exp is None:
+        fields = with_ground_truth(fields, overrides)
     if args.out is not None:
         out = Path(args.out)
         mode = run_dir.prepare(out, fields, resume=args.resume, overwrite=args.overwrite)
