@@ -121,9 +121,9 @@ def test_ground_truth_is_on_by_default_for_a_run_from_flags():
     """About GT_POINTS (10) evaluations over a run: the README's 5e5-step CartPole run (976
     updates of 4 x 128 steps) every 97 updates; a 4-update run every update; --gt-every 0 is
     kept."""
-    assert cmd.GT_POINTS == 10
-    assert cmd.default_gt_every({"total_timesteps": 500_000, "num_envs": 4, "num_steps": 128}) == 97
-    assert cmd.default_gt_every({"total_timesteps": 512, "num_envs": 4, "num_steps": 32}) == 1
+    assert run_lib.GT_POINTS == 10
+    assert run_lib.default_gt_every({"total_timesteps": 500_000, "num_envs": 4, "num_steps": 128}) == 97
+    assert run_lib.default_gt_every({"total_timesteps": 512, "num_envs": 4, "num_steps": 32}) == 1
     assert _fields(["--gt-every", "0"])["gt_every"] == 0
     assert _fields(["--timesteps", "512", "--num-steps", "32"])["gt_every"] == 1
     assert _fields(["--pi-old-route", "exact"])["gt_every"] == 0  # its actor may not allow it
@@ -223,7 +223,7 @@ def _fields(argv):
     """The resolved TrainConfig fields of ``vccc train ARGV`` (pure Python; ground truth on
     as for any run from flags)."""
     flags = cmd._overrides(cmd.build_parser().parse_args(argv))
-    return cmd.with_ground_truth(run_lib.resolve_fields(flags), flags)
+    return run_lib.with_ground_truth(run_lib.resolve_fields(flags), flags)
 
 
 @pytest.fixture(scope="module")

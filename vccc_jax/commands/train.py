@@ -27,10 +27,10 @@ Critic-free (issue 14; GRPO = law ``full``, PS-PPO = a cutoff law; token envs on
 multi-host flags.) ``jax.distributed`` starts before the trainer is imported: gymnax builds
 arrays at import time, which would start a single-process backend.
 
-Ground truth is on for a run from flags: without ``--gt-every`` it is evaluated
-``GT_POINTS`` (10) times over the run (:func:`default_gt_every`; Monte Carlo V^{pi_k} on
-gymnax, exact on ``tabular:`` / ``token:``), so the first run's curves.png shows the critic
-error; ``--gt-every 0`` turns it off (a ``--config`` keeps its own value).
+Ground truth is on for a run from flags: without ``--gt-every`` it is evaluated about 10
+times over the run (``runs.train.with_ground_truth``; Monte Carlo V^{pi_k} on gymnax, exact
+on ``tabular:`` / ``token:``), so the first run's curves.png shows the critic error;
+``--gt-every 0`` turns it off (a ``--config`` keeps its own value).
 
 Outputs: ``runs.train`` (metrics.csv, summary.json, config.json, checkpoint/) plus
 curves.png per run, and for a grid a markdown table and ``<out>/<name>.png``; written by
@@ -68,7 +68,6 @@ EXIT_INTERRUPTED = 130
 DEFAULT_CHECKPOINT_EVERY = "5m"
 
 ALIASES = {"num_seeds": ["--seeds"], "total_timesteps": ["--timesteps"]}
-GT_POINTS = 10  # ground-truth evaluations over a run from flags (default_gt_every)
 SUMMARY_KEYS = ("final_return", "final_eval_return", "gt_mse", "gt_rel_err", "exact_err_pi",
                 "lag_mean", "ess")
 
@@ -227,25 +226,12 @@ def build_parser(names: bool = False) -> Parser:
         flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
         p.add_argument(*flags, dest=f.name, default=None, type=_field_type(default),
                        help=f"(default {default})")
+    from vccc_jax.runs.train import GT_POINTS
+
     gt = next(a for a in p._actions if a.dest == "gt_every")
     gt.help = (f"ground truth every N updates (default for a run from flags: about {GT_POINTS} "
                "times over the run; 0: off; a --config keeps its own)")
     return p
-
-
-def default_gt_every(fields: dict) -> int:
-    """``gt_every`` of a run from flags that does not give it: about ``GT_POINTS`` ground-truth
-    evaluations over the run (every update for runs of fewer than GT_POINTS updates)."""
-    updates = int(fields["total_timesteps"]) // (int(fields["num_envs"]) * int(fields["num_steps"]))
-    return max(1, updates // GT_POINTS)
-
-
-def with_ground_truth(fields: dict, flags: dict) -> dict:
-    """The resolved fields of a run from flags with ground truth on (:func:`default_gt_every`)
-    unless the flags give ``gt_every`` (or a pi_old_route whose actor may not allow it)."""
-    if "gt_every" in flags or fields["pi_old_route"]:
-        return fields
-    return dict(fields, gt_every=default_gt_every(fields))
 
 
 def add_critic_free_flags(p) -> None:
@@ -356,7 +342,7 @@ def _prepare(argv: list[str]):
     fields = runs_train.resolve_fields(dict(exp.base if exp is not None else {}, **overrides),
                                        where)
     if exp is None:
-        fields = with_ground_truth(fields, overrides)
+        fields = runs_train.with_ground_truth(fields, overrides)
     if args.out is not None:
         out = Path(args.out)
         mode = run_dir.prepare(out, fields, resume=args.resume, overwrite=args.overwrite)
