@@ -37,9 +37,10 @@ def np_segments(starts):
 
 
 def np_sequence_stats(lr, mask, starts):
-    """(log R, |y|) per token: sums over the masked tokens of each token's sequence."""
+    """(log R, |y|) per token: sums over the masked tokens of each token's sequence, of the
+    RAW log-ratios (the caller caps the aggregate, issue 29)."""
     invalid = np.isnan(lr) | (lr == np.inf)
-    clean = np.where(mask, np.where(invalid, -np.inf, np.minimum(lr, 20.0)), 0.0)
+    clean = np.where(mask, np.where(invalid, -np.inf, lr), 0.0)
     log_r, n = np.zeros_like(lr), np.zeros_like(lr)
     for b, segs in enumerate(np_segments(starts)):
         for lo, hi in segs:
@@ -54,14 +55,17 @@ def np_keep(x, adv, lo, hi):
 
 
 def np_m2po_keep(lr, mask, tau):
-    """Greedy: drop the largest (log r)^2 (ties: the highest flat index) until the kept mean
-    is <= tau."""
-    x2 = np.where(np.isnan(lr), np.inf, np.square(np.minimum(lr, 20.0))).reshape(-1)
+    """Greedy: drop the largest (log r)^2 of the raw log-ratio (ties: the highest flat index)
+    until the kept mean is <= tau; if that empties the batch, keep its smallest (AReaL)."""
+    x2 = np.where(np.isnan(lr), np.inf, np.square(lr)).reshape(-1)
     x2 = np.where(np.isfinite(x2), x2, np.inf)
     kept = [i for i in range(x2.size) if mask.reshape(-1)[i]]
+    on = list(kept)
     while kept and np.mean(x2[kept]) > tau:
         worst = max(kept, key=lambda i: (x2[i], i))
         kept.remove(worst)
+    if on and not kept:
+        kept = [min(on, key=lambda i: (x2[i], i))]
     keep = np.zeros(x2.size)
     keep[kept] = 1.0
     return keep.reshape(lr.shape)
@@ -223,3 +227,99 @@ def test_contract_errors_name_the_argument():
         ar.register_actor_correction(ar.get_actor_correction("ratio"))
     assert ar.get_actor_correction("tis").name == "truncate"
     assert ar.WEIGHT_KIND_ROWS == importance.WEIGHT_KINDS  # the first rows of the table
+
+
+# ------------------------------------------- issue 29: cap the aggregate, not the token
+
+def _published_sequence_rows(lr, adv):
+    """One sequence (all tokens actions), the published definitions: verl
+    ``rollout_corr_helper.compute_rollout_correction_weights`` level=sequence (log R = sum of
+    the raw log-ratios, then clamp(log R, -20, 20)); TOPR (Le Roux et al. 2025): min(R, 1) on
+    a negative advantage; GSPO (Zheng et al. 2025, Eq 7): s = exp(mean_t log r_t), its
+    gradient kept unless the clip binds (A < 0: s < 1 - eps_low)."""
+    log_r = np.clip(np.sum(lr), -20.0, 20.0)
+    big_r = np.exp(log_r)
+    s = np.exp(np.mean(lr))
+    return dict(seq_tis=min(big_r, 2.0), topr=min(big_r, 1.0) if adv < 0 else 1.0,
+                gspo=s if not (adv < 0 and s < 1 - 3e-4) else 0.0,
+                seq_mis=big_r if 0.5 <= big_r <= 2.0 else 0.0)
+
+
+@pytest.mark.parametrize("lr,name,value", [
+    ((30.0, -29.0, 0.0), "seq_tis", 2.0),              # min(e^1, 2); the token cap gave 1.23e-4
+    ((30.0, -29.0, 0.0), "topr", 1.0),                 # min(e^1, 1); the token cap gave 1.23e-4
+    ((30.0, -29.0, 0.0), "gspo", np.exp(1.0 / 3.0)),   # 1.396; the token cap gave 0
+    ((30.0, -29.5, 0.0), "seq_mis", np.exp(0.5)),      # 1.649 in [0.5, 2]; the token cap gave 0
+])
+def test_sequence_rows_cap_the_aggregate_not_the_token(lr, name, value):
+    """Issue 29: one token at log r = 30 and one at -29 make log R = 1 (a per-token cap at +20
+    made it -9). Defaults of each row; A = -1 on every token."""
+    ref = _published_sequence_rows(np.asarray(lr), -1.0)[name]
+    assert ref == pytest.approx(value, rel=1e-12)
+    with jax.enable_x64(True):
+        x = jnp.asarray(lr)[:, None]
+        w = np.asarray(ar.get_actor_correction(name)(x, -jnp.ones_like(x)))[:, 0]
+    np.testing.assert_allclose(w, ref, rtol=1e-12)
+
+
+def _areal_m2po_keep(lr, tau):
+    """AReaL ``trainer/ppo/actor.py::_get_m2po_loss_mask`` in NumPy: sort (log r)^2
+    descending, drop the first k where k is the first index whose suffix mean is < tau; if
+    none is, drop all but the last (the smallest)."""
+    m2 = np.square(lr)
+    order = np.argsort(-m2, kind="stable")
+    srt = m2[order]
+    suffix = np.cumsum(srt[::-1])[::-1] / np.arange(srt.size, 0, -1)
+    below = np.nonzero(suffix < tau)[0]
+    k = below[0] if below.size else srt.size - 1
+    keep = np.ones(srt.size)
+    keep[:k] = 0.0
+    out = np.zeros(srt.size)
+    out[order] = keep
+    return out
+
+
+def test_m2po_squares_the_raw_log_ratio():
+    """500 tokens at log r ~ N(0, 0.05) and one at log r = 25, tau = 1: (log r)^2 = 625 is the
+    largest, so M2PO drops it (batch mean ~1.25 > 1); squaring the guard's 20 (400: batch
+    mean ~0.80 <= 1) kept it with w = e^20 = 4.85e8."""
+    rng = np.random.default_rng(29)
+    lr = np.concatenate([rng.normal(0.0, 0.05, 500), [25.0]])
+    ref_keep = _areal_m2po_keep(lr, 1.0)
+    assert ref_keep[-1] == 0.0 and ref_keep[:-1].sum() == 500
+    with jax.enable_x64(True):
+        w = np.asarray(ar.get_actor_correction("m2po")(jnp.asarray(lr), jnp.ones(501), tau=1.0))
+    np.testing.assert_allclose(w, ref_keep * np.exp(lr), rtol=1e-12)
+
+
+def test_m2po_keeps_the_smallest_when_every_token_exceeds_tau():
+    """Every (log r)^2 > tau = 1: AReaL keeps the single smallest token (here log r = -1.5)
+    instead of dropping the whole batch. Masked tokens never count."""
+    lr = np.array([2.0, -1.5, 3.0, 0.1])
+    mask = np.array([True, True, True, False])
+    ref = _areal_m2po_keep(lr[:3], 1.0)
+    np.testing.assert_array_equal(ref, [0.0, 1.0, 0.0])
+    with jax.enable_x64(True):
+        w = np.asarray(ar.get_actor_correction("m2po")(jnp.asarray(lr), jnp.ones(4),
+                                                      mask=jnp.asarray(mask), tau=1.0))
+    np.testing.assert_allclose(w, [0.0, np.exp(-1.5), 0.0, 0.0], rtol=1e-12)
+
+
+def test_m2po_matches_areal_rule_off_ties():
+    """Random batches with no exact tie at tau: our mask (kept mean <= tau, keep >= 1) is
+    AReaL's (suffix mean < tau, keep >= 1), token for token."""
+    rng = np.random.default_rng(7)
+    lr = rng.normal(0.0, 1.0, (6, 40)) * rng.uniform(0.1, 3.0, (6, 1))
+    with jax.enable_x64(True):
+        got = np.stack([np.asarray(ar.second_moment_keep(jnp.asarray(x), 0.5)) for x in lr])
+    ref = np.stack([_areal_m2po_keep(x, 0.5) for x in lr])
+    np.testing.assert_array_equal(got, ref)
+    assert 0 < ref.sum() < ref.size
+
+
+def test_float32_sequence_overflow_is_the_guard_not_invalid():
+    """A finite float32 sum past the dtype (3e38 + 3e38 = inf) is the overflow guard (log R ->
+    20, R = e^20), not invalid data (weight 0)."""
+    lr = jnp.asarray([[3e38], [3e38], [-1.0]], jnp.float32)
+    w = np.asarray(ar.get_actor_correction("seq_tis")(lr, jnp.ones_like(lr), clip=2.0))
+    np.testing.assert_array_equal(w[:, 0], [2.0, 2.0, 2.0])

@@ -203,11 +203,13 @@ def _on(mask: Optional[Array]):
 
 
 def _clean(log_rhos: Array, mask: Optional[Array]) -> Array:
-    """Log-ratios as the sequence statistics read them: masked tokens 0; NaN and +inf
-    (invalid data, weight 0 as in ``safe_ratios``) -> -inf, so a sequence holding one has
-    weight 0; a finite overflow -> the ``MAX_LOG_RHO`` guard."""
+    """Log-ratios as the sequence and batch statistics read them: masked tokens 0; NaN and
+    +inf (invalid data, weight 0 as in ``safe_ratios``) -> -inf, so a sequence holding one has
+    weight 0; finite values RAW (issue 29: no per-token ``MAX_LOG_RHO`` cap -- a token at
+    log r = 30 and one at -29 make a sequence at log R = 1, as the published definitions
+    have it; the guard applies to the aggregate, :func:`_sequence_total`)."""
     invalid = jnp.isnan(log_rhos) | (log_rhos == jnp.inf)
-    x = jnp.where(invalid, -jnp.inf, jnp.minimum(log_rhos, MAX_LOG_RHO))
+    x = jnp.where(invalid, -jnp.inf, log_rhos)
     return jnp.where(_on(mask), x, 0.0)
 
 
@@ -237,20 +239,35 @@ def sequence_sum(x: Array, starts: Optional[Array] = None) -> Array:
     return totals
 
 
+def _sequence_total(log_rhos: Array, mask: Optional[Array], starts: Optional[Array]) -> Array:
+    """Uncapped sum over the sequence's action tokens of the raw finite log-ratios, -inf when
+    one of them is -inf / NaN / +inf (weight 0). The finite part and the count of -inf
+    tokens are summed apart (one scan pair over a stacked trailing axis), so a finite sum
+    that overflows the dtype stays +inf (then capped by the callers) instead of inf - inf."""
+    x = _clean(log_rhos, mask)
+    dead = x == -jnp.inf
+    both = jnp.stack([jnp.where(dead, 0.0, x), dead.astype(x.dtype)], axis=-1)
+    st = None if starts is None else jnp.broadcast_to(starts[..., None], both.shape)
+    sums = sequence_sum(both, st)
+    return jnp.where(sums[..., 1] > 0, -jnp.inf, sums[..., 0])
+
+
 def sequence_log_ratio(log_rhos: Array, mask: Optional[Array] = None,
                        starts: Optional[Array] = None) -> Array:
-    """log R = sum over the sequence's action tokens of log rho, broadcast to every token."""
-    return sequence_sum(_clean(log_rhos, mask), starts)
+    """log R = sum over the sequence's action tokens of the RAW log rho, then the overflow
+    guard min(log R, ``MAX_LOG_RHO``) on the aggregate (issue 29), broadcast to every token;
+    -inf when a token's log rho is -inf (R = 0) or invalid (NaN / +inf: weight 0)."""
+    return jnp.minimum(_sequence_total(log_rhos, mask, starts), MAX_LOG_RHO)
 
 
 def geometric_mean_log_ratio(log_rhos: Array, mask: Optional[Array] = None,
                              starts: Optional[Array] = None) -> Array:
-    """GSPO's log s = (1/|y|) sum_t log rho_t over the sequence's |y| action tokens (0 for a
-    sequence with no action token)."""
+    """GSPO's log s = (1/|y|) sum_t log rho_t over the sequence's |y| action tokens, of the raw
+    log-ratios, then min(log s, ``MAX_LOG_RHO``) (0 for a sequence with no action token)."""
     n = sequence_sum(jnp.ones_like(log_rhos) if mask is None else mask.astype(log_rhos.dtype),
                      starts)
-    total = sequence_log_ratio(log_rhos, mask, starts)
-    return jnp.where(n > 0, total / jnp.maximum(n, 1.0), 0.0)
+    total = _sequence_total(log_rhos, mask, starts)
+    return jnp.where(n > 0, jnp.minimum(total / jnp.maximum(n, 1.0), MAX_LOG_RHO), 0.0)
 
 
 def ppo_keep(ratio: Array, advantages: Array, eps_low, eps_high) -> Array:
@@ -274,9 +291,17 @@ def second_moment_keep(log_rhos: Array, tau, mask: Optional[Array] = None) -> Ar
     (log r)^2 until the mean of (log r)^2 over the KEPT tokens is <= tau -- the largest set
     of smallest-(log r)^2 tokens whose mean second moment is <= tau (nothing is dropped when
     the whole batch's is). Every masked-in token of the arrays is one batch; ties at the
-    boundary are broken by flat index (deterministic). One sort of the batch."""
+    boundary are broken by flat index (deterministic). One sort of the batch.
+
+    Edge rules (issue 29, docs/method.md A9): (log r)^2 of the RAW log-ratio (a token at
+    log r = 25 has 625, not the guard's 400); NaN / +-inf count as +inf (dropped first).
+    When every token's (log r)^2 exceeds tau the single smallest is kept (AReaL's
+    ``_get_m2po_loss_mask``: "mask all but one"), so a non-empty batch never loses every
+    token. A kept mean exactly at tau is kept (the constraint M2 <= tau); AReaL's test is
+    ``avg < tau``, which differs only on that exact tie (probability 0 for continuous
+    log-ratios; the population limit is the same under both)."""
     x2 = jnp.square(_clean(log_rhos, mask))
-    x2 = jnp.where(jnp.isfinite(x2), x2, jnp.inf)  # log r = -inf: the largest second moment
+    x2 = jnp.where(jnp.isfinite(x2), x2, jnp.inf)  # log r = -inf / invalid / overflow
     on = jnp.broadcast_to(_on(mask), x2.shape).reshape(-1)
     flat = jnp.where(on, x2.reshape(-1), jnp.inf)
     order = jnp.argsort(flat, stable=True)
@@ -284,7 +309,7 @@ def second_moment_keep(log_rhos: Array, tau, mask: Optional[Array] = None) -> Ar
     k = jnp.arange(1, s.size + 1, dtype=x2.dtype)
     csum = jnp.cumsum(jnp.where(jnp.isfinite(s), s, 0.0))
     ok = jnp.isfinite(s) & (csum <= tau * k)  # prefix mean <= tau (nondecreasing in k)
-    n_keep = jnp.sum(ok)
+    n_keep = jnp.maximum(jnp.sum(ok), jnp.minimum(jnp.sum(on), 1))  # keep >= 1 (AReaL)
     rank = jnp.zeros(s.size, jnp.int32).at[order].set(jnp.arange(s.size, dtype=jnp.int32))
     return ((rank < n_keep) & on).astype(log_rhos.dtype).reshape(log_rhos.shape)
 
@@ -294,7 +319,9 @@ def second_moment_threshold(log_rhos: Array, probs: Array, tau) -> tuple[Array, 
     ``probs`` (same shape, >= 0, any total): (kappa, frac) such that keep(x2) = 1[x2 <
     kappa] + frac 1[x2 = kappa] is the largest mask, in the order of x2 = (log r)^2, with
     E[x2 keep] <= tau E[keep] -- equality when the mask binds (frac in [0, 1) is the kept
-    fraction of the boundary atom). kappa = inf, frac = 1 when nothing is dropped."""
+    fraction of the boundary atom). kappa = inf, frac = 1 when nothing is dropped. When every
+    atom's x2 exceeds tau nothing is kept (the finite batch's keep-the-smallest fallback keeps
+    one token of N: mass 1/N, 0 in the limit). x2 of the raw log-ratio, as the batch mask."""
     chex.assert_equal_shape([log_rhos, probs])
     x2 = jnp.square(_clean(log_rhos, None)).reshape(-1)
     x2 = jnp.where(jnp.isfinite(x2), x2, jnp.inf)
