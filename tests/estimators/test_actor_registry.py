@@ -17,7 +17,10 @@ T, B = 7, 5
 PARAMS = {"truncate": {"clip": 1.5}, "mask": {"clip": 1.5}, "icepop": {"alpha": 0.6, "beta": 1.8},
           "seq_tis": {"clip": 1.5}, "seq_mis": {"alpha": 0.3, "beta": 2.5},
           "gspo": {"eps_low": 0.05, "eps_high": 0.1}, "cispo": {"eps_low": 0.3, "eps_high": 0.5},
-          "ppo": {"epsilon": 0.2}, "areal": {"cap": 3.0, "max_staleness": 1}, "m2po": {"tau": 0.3}}
+          "ppo": {"epsilon": 0.2}, "areal": {"cap": 3.0, "max_staleness": 1}, "m2po": {"tau": 0.3},
+          "geo_mean": {"eps_low": 0.3, "eps_high": 0.5}, "sapo": {"tau_pos": 1.0, "tau_neg": 2.0},
+          "dppo_tv": {"eps_low": 0.1, "eps_high": 0.2, "clip": 1.8},
+          "dppo_kl": {"eps_low": 0.05, "eps_high": 0.1, "clip": 1.8}}
 
 
 # ------------------------------------------------------------------ NumPy references
@@ -71,7 +74,38 @@ def np_m2po_keep(lr, mask, tau):
     return keep.reshape(lr.shape)
 
 
-def np_reference(name, lr, adv, mask, starts, lags):
+def np_gmpo(lr, adv, mask, starts, lo, hi):
+    """GMPO (verl geo_mean): per sequence S = exp(mean over action tokens of m_t), m_t =
+    sgn(A) min(sgn(A) l, sgn(A) clip(l, -lo, hi)) (0 where A = 0); a NaN / +inf token zeroes
+    its sequence; w = S where the token's own clip lets the gradient through."""
+    with np.errstate(invalid="ignore"):
+        m = np.where(adv > 0, np.minimum(lr, np.clip(lr, -lo, hi)),
+                     np.where(adv < 0, np.maximum(lr, np.clip(lr, -lo, hi)), 0.0))
+    m = np.where(np.isnan(lr) | (lr == np.inf), -np.inf, m)
+    s = np.zeros_like(lr)
+    for b, segs in enumerate(np_segments(starts)):
+        for a, z in segs:
+            on = mask[a:z, b]
+            mean = np.mean(m[a:z, b][on]) if on.any() else 0.0
+            s[a:z, b] = np.exp(min(mean, 20.0))
+    clipped = ((adv > 0) & (lr > hi)) | ((adv < 0) & (lr < -lo))
+    return np.where(clipped, 0.0, s)
+
+
+def np_dppo(kind, lr, adv, log_mu, lo, hi, c):
+    """DPPO-Binary-TV / -KL (verl dppo_tv / dppo_kl) with p = mu e^{log r}, p_old = mu."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        p_old, p = np.exp(log_mu), np.exp(log_mu + lr)
+        if kind == "tv":
+            valid = np.where(adv > 0, p - p_old <= hi, p - p_old >= -lo)
+        else:
+            kl = p_old * (log_mu - (log_mu + lr)) + (1 - p_old) * np.log(
+                (1 - p_old + 1e-8) / (1 - p + 1e-8))
+            valid = np.where(adv > 0, (kl <= hi) | (p <= p_old), (kl <= lo) | (p >= p_old))
+    return np.minimum(np_rho(lr), c) * valid
+
+
+def np_reference(name, lr, adv, mask, starts, lags, log_mu):
     p = PARAMS.get(name, {})
     rho = np_rho(lr)
     log_r, n = np_sequence_stats(lr, mask, starts)
@@ -105,6 +139,14 @@ def np_reference(name, lr, adv, mask, starts, lags):
         w = np.where((rho <= p["cap"]) & (lags <= p["max_staleness"]), rho, 0.0)
     elif name == "m2po":
         w = rho * np_m2po_keep(lr, mask, p["tau"])
+    elif name == "geo_mean":
+        w = np_gmpo(lr, adv, mask, starts, p["eps_low"], p["eps_high"])
+    elif name == "sapo":
+        x = np.where(adv > 0, p["tau_pos"], p["tau_neg"]) * (rho - 1.0)
+        with np.errstate(over="ignore"):
+            w = 4.0 * rho / (1.0 + np.exp(-x)) / (1.0 + np.exp(x))
+    elif name in ("dppo_tv", "dppo_kl"):
+        w = np_dppo(name[-2:], lr, adv, log_mu, p["eps_low"], p["eps_high"], p["clip"])
     else:
         raise AssertionError(name)
     return np.where(mask, w, 0.0)
@@ -116,11 +158,12 @@ NAMES = tuple(ar.ACTOR_CORRECTIONS)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def _all_rows(names, lr, adv, mask, starts, lags):
+def _all_rows(names, lr, adv, mask, starts, lags, log_mu):
     out = {}
     for name in names:
         row = ar.get_actor_correction(name)
-        data = {k: v for k, v in (("starts", starts), ("lags", lags)) if k in row.data}
+        data = {k: v for k, v in (("starts", starts), ("lags", lags), ("log_mu", log_mu))
+                if k in row.data}
         out[name] = row(lr, adv, mask=mask, **PARAMS.get(name, {}), **data)
     return out
 
@@ -135,7 +178,8 @@ def _inputs(seed):
     mask[:, 3] = False  # a column with no action token (GSPO's |y| = 0)
     starts = rng.uniform(size=(T, B)) > 0.7
     lags = rng.integers(0, 3, size=(T, B))
-    return lr, adv, mask, starts, lags
+    log_mu = np.log(rng.uniform(0.05, 0.95, size=(T, B)))
+    return lr, adv, mask, starts, lags, log_mu
 
 
 @pytest.fixture(scope="module")
@@ -143,10 +187,11 @@ def rows_and_refs():
     with jax.enable_x64(True):
         out = []
         for seed in (0, 1):
-            lr, adv, mask, starts, lags = _inputs(seed)
+            lr, adv, mask, starts, lags, log_mu = _inputs(seed)
             got = jax.device_get(_all_rows(NAMES, jnp.asarray(lr), jnp.asarray(adv), jnp.asarray(mask),
-                                           jnp.asarray(starts), jnp.asarray(lags)))
-            out.append((got, {n: np_reference(n, lr, adv, mask, starts, lags) for n in NAMES}))
+                                           jnp.asarray(starts), jnp.asarray(lags), jnp.asarray(log_mu)))
+            out.append((got, {n: np_reference(n, lr, adv, mask, starts, lags, log_mu)
+                              for n in NAMES}))
         return out
 
 
@@ -164,6 +209,9 @@ def test_rows_see_their_inputs(rows_and_refs):
     assert not np.allclose(got["seq_tis"], got["truncate"])
     assert not np.allclose(got["m2po"], got["ratio"])  # tau binds
     assert not np.allclose(got["areal"], got["ratio"])
+    for name in ("geo_mean", "dppo_tv", "dppo_kl"):  # their clip / band binds somewhere
+        assert np.any((got[name] == 0) & _inputs(0)[2]), name
+    assert not np.allclose(got["sapo"], 1.0)
     # sequence rows are constant along a sequence (for one advantage sign)
     segs = np_segments(_inputs(0)[3])
     mask = _inputs(0)[2]
