@@ -76,12 +76,12 @@ def np_m2po_keep(lr, mask, tau):
 
 def np_gmpo(lr, adv, mask, starts, lo, hi):
     """GMPO (verl geo_mean): per sequence S = exp(mean over action tokens of m_t), m_t =
-    sgn(A) min(sgn(A) l, sgn(A) clip(l, -lo, hi)) (0 where A = 0); a NaN / +inf token zeroes
-    its sequence; w = S where the token's own clip lets the gradient through."""
+    sgn(A) min(sgn(A) l, sgn(A) clip(l, -lo, hi)) (0 where A = 0); a NaN / +inf token counts
+    as l = -inf (weight 0); w = S where the token's own clip lets the gradient through."""
+    lr = np.where(np.isnan(lr) | (lr == np.inf), -np.inf, lr)
     with np.errstate(invalid="ignore"):
         m = np.where(adv > 0, np.minimum(lr, np.clip(lr, -lo, hi)),
                      np.where(adv < 0, np.maximum(lr, np.clip(lr, -lo, hi)), 0.0))
-    m = np.where(np.isnan(lr) | (lr == np.inf), -np.inf, m)
     s = np.zeros_like(lr)
     for b, segs in enumerate(np_segments(starts)):
         for a, z in segs:

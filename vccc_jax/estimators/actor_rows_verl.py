@@ -34,12 +34,12 @@ from vccc_jax.estimators.importance import safe_ratios
 def gmpo_log_terms(log_rhos, advantages, eps_low, eps_high):
     """GMPO's per-token clipped log-ratio m_t = sgn(A) min(sgn(A) l, sgn(A) clip(l, -eps_low,
     eps_high)) (verl ``geo_mean``): min(l, clip) for A > 0, max(l, clip) for A < 0, 0 for
-    A = 0; NaN where l is NaN / +inf (invalid data: the sequence's weight is 0)."""
-    clamped = jnp.clip(log_rhos, -eps_low, eps_high)
-    m = jnp.where(advantages > 0, jnp.minimum(log_rhos, clamped),
-                  jnp.where(advantages < 0, jnp.maximum(log_rhos, clamped), 0.0))
-    invalid = jnp.isnan(log_rhos) | (log_rhos == jnp.inf)
-    return jnp.where(invalid, jnp.nan, m)
+    A = 0. NaN / +inf (invalid data) count as l = -inf, the table's convention (weight 0:
+    m = -inf zeroes the sequence for A > 0; for A < 0 the token is clipped, m = -eps_low)."""
+    l = jnp.where(jnp.isnan(log_rhos) | (log_rhos == jnp.inf), -jnp.inf, log_rhos)
+    clamped = jnp.clip(l, -eps_low, eps_high)
+    return jnp.where(advantages > 0, jnp.minimum(l, clamped),
+                     jnp.where(advantages < 0, jnp.maximum(l, clamped), 0.0))
 
 
 def geo_mean_weight(log_rhos, advantages, *, mask=None, eps_low, eps_high, starts=None):
@@ -52,7 +52,8 @@ def geo_mean_weight(log_rhos, advantages, *, mask=None, eps_low, eps_high, start
     level advantage")."""
     m = gmpo_log_terms(log_rhos, advantages, eps_low, eps_high)
     s = safe_ratios(sequence_mean(m, mask, starts))
-    clipped = ((advantages > 0) & (log_rhos > eps_high)) | ((advantages < 0) & (log_rhos < -eps_low))
+    l = jnp.where(jnp.isnan(log_rhos) | (log_rhos == jnp.inf), -jnp.inf, log_rhos)
+    clipped = ((advantages > 0) & (l > eps_high)) | ((advantages < 0) & (l < -eps_low))
     return s * (~clipped).astype(s.dtype)
 
 
