@@ -67,7 +67,8 @@ def sequence_total(log_rhos: Array, mask: Optional[Array], starts: Optional[Arra
     """Uncapped sum over the sequence's action tokens of the raw finite log-ratios, -inf when
     one of them is -inf / NaN / +inf (weight 0). The finite part and the count of -inf
     tokens are summed apart (one scan pair over a stacked trailing axis), so a finite sum
-    that overflows the dtype stays +inf (then capped by the callers) instead of inf - inf."""
+    that overflows the dtype stays +inf (then capped by the callers) instead of inf - inf
+    (a float32 sum overflowing BOTH ways may still give NaN: weight 0, as invalid data)."""
     x = clean_log_ratios(log_rhos, mask)
     dead = x == -jnp.inf
     both = jnp.stack([jnp.where(dead, 0.0, x), dead.astype(x.dtype)], axis=-1)
