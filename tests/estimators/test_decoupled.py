@@ -119,3 +119,47 @@ def test_routes_pick_their_pi_old(tokens):
         tok, full = dc.route_log_pi_old(route, action, **kw)
         np.testing.assert_allclose(full, lsm[key], rtol=1e-6)
         np.testing.assert_allclose(tok, jnp.take_along_axis(lsm[key], action[..., None], -1)[..., 0], rtol=1e-6)
+
+
+def _areal_loglinear(old_logp, logprobs, versions, current_version):
+    """AReaL ``compute_prox_logp_approximations`` (method loglinear) in NumPy: v_prox =
+    current - 1, alpha = (v_prox - v_behave) / (v_theta - v_behave) where v_theta > v_behave
+    (else 0), clipped to [0, 1]; log p_prox = old + alpha (new - old)."""
+    diff = current_version - versions.astype(float)
+    gap = (current_version - 1) - versions.astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alpha = np.where(diff > 0, gap / diff, 0.0)
+    alpha = np.clip(alpha, 0.0, 1.0)
+    with np.errstate(invalid="ignore"):
+        return old_logp + alpha * (logprobs - old_logp), alpha
+
+
+def test_interpolated_route_is_areals_loglinear_proximal():
+    """A-3PO: per token, with lag l = v_theta - v_behave, alpha = (l - 1) / l (0 at l <= 1);
+    the route's taken-token values and full rows equal AReaL's formula; a -inf log mu (off a
+    top-k support) stays -inf; no gradient flows into the learner's log-probs."""
+    rng = np.random.default_rng(3)
+    T, B, A = 4, 3, 5
+    lags = rng.integers(0, 6, size=(T, B))
+    lags[0] = [0, 1, 2]
+    lp_all = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(T, B, A))), -1)
+    lm_all = np.array(jax.nn.log_softmax(jnp.asarray(rng.normal(size=(T, B, A))), -1))
+    lm_all[1, 1, 4] = -np.inf
+    action = jnp.asarray(rng.integers(0, A, size=(T, B)))
+    current = 10
+    ref_full, alpha = _areal_loglinear(lm_all, np.asarray(lp_all), (current - lags)[..., None], current)
+    np.testing.assert_allclose(alpha[0, :, 0], [0.0, 0.0, 0.5])
+    ref_full[1, 1, 4] = -np.inf  # (1 - alpha) (-inf) + alpha x: AReaL's form gives nan when alpha > 0
+    tok, full = dc.route_log_pi_old("interpolated", action, log_pi_all=lp_all,
+                                    log_mu_all=jnp.asarray(lm_all), lags=jnp.asarray(lags))
+    np.testing.assert_allclose(full, ref_full, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(tok, np.take_along_axis(ref_full, np.asarray(action)[..., None], -1)[..., 0],
+                               rtol=1e-6, atol=1e-6)
+    one = dc.old_log_probs("interpolated", jnp.asarray(lm_all[..., 0]), log_pi=lp_all[..., 0],
+                           lags=jnp.asarray(lags))
+    np.testing.assert_allclose(one, ref_full[..., 0], rtol=1e-6, atol=1e-6)
+    g = jax.grad(lambda x: jnp.sum(dc.interpolated_log_prox(jnp.asarray(lm_all[..., 0]), x,
+                                                            jnp.asarray(lags))))(lp_all[..., 0])
+    assert float(jnp.max(jnp.abs(g))) == 0.0
+    with pytest.raises(ValueError, match="lags"):
+        dc.route_log_pi_old("interpolated", action, log_pi_all=lp_all, log_mu_all=jnp.asarray(lm_all))

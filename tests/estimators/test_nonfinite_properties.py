@@ -8,7 +8,9 @@ all give weight 0 exactly. Hence, for every function that takes log-ratios:
 * with finite rewards / values / discounts every output is finite (value and gradient);
 * the output equals the output at ``canon(log rho)`` -- -inf / +inf / NaN replaced by -1e4
   (weight exactly 0 in float32 and float64) and finite values above the guard by 20 -- so a
-  non-finite log-ratio does exactly what the contract says and nothing else;
+  non-finite log-ratio does exactly what the contract says and nothing else; the sequence and
+  batch rows of the actor table guard the AGGREGATE (issue 29: log R = sum of raw log-ratios,
+  then the guard), so for them only the non-finite values are replaced (``canon_aggregate``);
 * ``ratio_diagnostics`` counts the non-finite ones (``num_nonfinite``) and the guard
   (``guard_fraction``); its other fields equal those at ``canon``;
 * empty inputs where a result is undefined raise a ValueError naming the argument.
@@ -42,6 +44,15 @@ def canon(lr: np.ndarray) -> np.ndarray:
     """The finite log-ratio with the same weight (module docstring)."""
     lr = np.where(np.isfinite(lr), lr, ZERO_WEIGHT)
     return np.minimum(lr, importance.MAX_LOG_RHO)
+
+
+def canon_aggregate(lr: np.ndarray) -> np.ndarray:
+    """``canon`` without the per-token guard: what the sequence / batch rows must not tell
+    apart from ``lr``."""
+    return np.where(np.isfinite(lr), lr, ZERO_WEIGHT)
+
+
+AGGREGATE_ROWS = tuple(f"actor_{n}" for n, r in E.ACTOR_CORRECTIONS.items() if r.level != "token")
 
 
 def _critic_side(lr, d, r, v, boot):
@@ -88,6 +99,8 @@ def _critic_side(lr, d, r, v, boot):
     }
     for name, row in E.ACTOR_CORRECTIONS.items():  # every row of the actor table
         data = {"lags": jnp.zeros(lr.shape, jnp.int32)} if "lags" in row.data else {}
+        if "log_mu" in row.data:  # DPPO: the behaviour's log-probs (finite, < 0)
+            data["log_mu"] = jnp.full(lr.shape, -1.2, lr.dtype)
         out[f"actor_{name}"] = E.get_actor_correction(name)(lr, r, **data)
     for name, spec in E.CRITIC_TARGETS.items():  # every one-step row of the registry
         if spec.one_step is not None:
@@ -114,6 +127,8 @@ def _evaluate(lr, d, r, v, boot, dtype):
 def check_contract(lr, d, r, v, boot, dtype):
     got = _evaluate(lr, d, r, v, boot, dtype)
     ref = _evaluate(canon(lr), d, r, v, boot, dtype)
+    ref.update({k: v for k, v in _evaluate(canon_aggregate(lr), d, r, v, boot, dtype).items()
+                if k in AGGREGATE_ROWS})
     diag, diag_ref = got.pop("diag"), ref.pop("diag")
     g_ppo, g_ppo_ref = got.pop("grad_ps_ppo"), ref.pop("grad_ps_ppo")
     for path, x in jax.tree_util.tree_leaves_with_path(got):

@@ -119,3 +119,14 @@ def test_fire_rates_count_each_threshold():
     ppo, w = rm.fire_rates(log_pi, log_old, log_mu, jnp.array([0.0, 1.0, 1.0, 1.0]),
                            kind="truncate", clip=2.0, ppo_epsilon=0.2)
     np.testing.assert_allclose([ppo, w], [1 / 3, 1 / 3], rtol=1e-6)
+
+
+def test_interpolated_route_at_lag_one_is_the_behaviour_route(noisy):
+    """A-3PO (pi_old_route "interpolated") has alpha = (l - 1) / l = 0 at lag 1: pi_prox = mu,
+    so the whole run equals the behaviour route's, metric for metric (one more compile)."""
+    _, _, m_b = noisy
+    tr, _, m_i = _run(dict(NOISY, pi_old_route="interpolated"))
+    assert tr.config.pi_old_route == "interpolated"
+    assert set(m_i) == set(m_b)
+    for k in m_b:
+        np.testing.assert_array_equal(m_i[k], m_b[k], err_msg=k)

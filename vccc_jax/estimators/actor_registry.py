@@ -34,14 +34,17 @@ Contract (every row, and any user function checked by the same machinery)::
   column); ``"batch"`` rows couple every token of the arrays passed (M2PO).
 * ``params``: the row's scalar parameters ((name, default), ...) -- the clip / band
   thresholds; ``data``: array-valued keyword inputs the row also accepts (``starts``;
-  ``lags`` for AReaL's staleness cap; ``probs`` / ``threshold`` for M2PO's population mask).
+  ``lags`` for AReaL's staleness cap; ``probs`` / ``threshold`` for M2PO's population mask;
+  ``log_mu``, the behaviour's log-probabilities of the tokens, for DPPO's probability band).
 
 :meth:`ActorCorrection.__call__` fills defaults, rejects unknown parameters (ValueError
 naming them) and applies the contract's masking; ``row.weight`` is the raw function.
 
 Rows (docs/method.md, section "Actor corrections", gives each equation and citation):
 none, ratio, truncate (token TIS), mask (symmetric MIS), icepop (band [alpha, beta]),
-seq_tis, seq_mis, gspo, topr, topr_token, cispo, ppo, areal, m2po.
+seq_tis, seq_mis, gspo, topr, topr_token, cispo, ppo, areal, m2po; from verl's policy-loss
+registry (issue 29, ``estimators.actor_rows_verl``): geo_mean (GMPO), sapo, dppo_tv, dppo_kl
+(alias gpg = none; clip_cov, kl_cov, dro and bypass_mode: that module's docstring).
 """
 
 from __future__ import annotations
@@ -54,7 +57,24 @@ import jax
 import jax.numpy as jnp
 
 from vccc_jax.estimators import checks
-from vccc_jax.estimators.importance import MAX_LOG_RHO, WEIGHT_KINDS, safe_ratios
+from vccc_jax.estimators.actor_rows_verl import (
+    dppo_kl_weight,
+    dppo_tv_weight,
+    geo_mean_weight,
+    sapo_weight,
+)
+from vccc_jax.estimators.actor_stats import (
+    band,
+    geometric_mean_log_ratio,
+    mask_on,
+    ppo_keep,
+    second_moment_keep,
+    second_moment_threshold,
+    sequence_log_ratio,
+    sequence_sum,
+    threshold_keep,
+)
+from vccc_jax.estimators.importance import WEIGHT_KINDS, safe_ratios
 
 Array = chex.Array
 sg = jax.lax.stop_gradient
@@ -62,9 +82,10 @@ WeightFn = Callable[..., Array]
 
 LEVELS = ("token", "sequence", "batch")
 REFERENCES = ("behaviour", "proximal")
-DATA_INPUTS = ("starts", "lags", "probs", "threshold")
+DATA_INPUTS = ("starts", "lags", "probs", "threshold", "log_mu")
 # Short names practitioners use for the first rows (the trainer's ``actor`` accepts them).
-ALIASES = {"is": "ratio", "tis": "truncate", "mis": "mask"}
+ALIASES = {"is": "ratio", "tis": "truncate", "mis": "mask",
+           "gpg": "none"}  # verl's gpg loss is -A log pi: w = 1 (GPG is its advantage estimator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +166,7 @@ class ActorCorrection:
             chex.assert_equal_shape([log_rhos, mask])
         w = self.weight(log_rhos, advantages, mask=mask, **self.resolve(kwargs), **data)
         if mask is not None:
-            w = jnp.where(_on(mask), w, 0.0)
+            w = jnp.where(mask_on(mask), w, 0.0)
         return sg(w.astype(log_rhos.dtype))
 
 
@@ -185,6 +206,9 @@ def _check_params(name: str, p: dict) -> None:
     if num("clip") is not None:
         need(num("clip") >= (1.0 if name == "mask" else 0.0) and num("clip") > 0, "clip",
              ">= 1 (a band [1/clip, clip])" if name == "mask" else "> 0")
+    for k in ("tau_pos", "tau_neg"):
+        if num(k) is not None:
+            need(num(k) > 0, k, "> 0")
     for k in ("alpha", "beta", "tau", "epsilon", "eps_low", "eps_high"):
         if num(k) is not None:
             need(num(k) >= 0, k, ">= 0")
@@ -196,131 +220,6 @@ def _check_params(name: str, p: dict) -> None:
         need(num("cap") > 0, "cap", "> 0 or None")
     if p.get("max_staleness") is not None and checks.is_concrete(p["max_staleness"]):
         need(float(p["max_staleness"]) >= 0, "max_staleness", ">= 0 or None")
-
-
-def _on(mask: Optional[Array]):
-    return True if mask is None else mask.astype(bool)
-
-
-def _clean(log_rhos: Array, mask: Optional[Array]) -> Array:
-    """Log-ratios as the sequence statistics read them: masked tokens 0; NaN and +inf
-    (invalid data, weight 0 as in ``safe_ratios``) -> -inf, so a sequence holding one has
-    weight 0; a finite overflow -> the ``MAX_LOG_RHO`` guard."""
-    invalid = jnp.isnan(log_rhos) | (log_rhos == jnp.inf)
-    x = jnp.where(invalid, -jnp.inf, jnp.minimum(log_rhos, MAX_LOG_RHO))
-    return jnp.where(_on(mask), x, 0.0)
-
-
-def sequence_sum(x: Array, starts: Optional[Array] = None) -> Array:
-    """Per-token total of ``x`` over the token's sequence, [T, ...] (module docstring: a
-    column of axis 0 is one sequence, or several when ``starts`` marks where each begins;
-    row 0 always starts one). Two scans over T, no [T, T] array."""
-    if starts is None:
-        return jnp.broadcast_to(jnp.sum(x, axis=0, keepdims=True), x.shape)
-    chex.assert_equal_shape([x, starts])
-    starts = starts.astype(bool).at[0].set(True)
-
-    def fwd(run, xs):
-        xt, st = xs
-        run = jnp.where(st, xt, run + xt)
-        return run, run
-
-    _, running = jax.lax.scan(fwd, jnp.zeros(x.shape[1:], x.dtype), (x, starts))
-    ends = jnp.concatenate([starts[1:], jnp.ones((1,) + x.shape[1:], bool)], axis=0)
-
-    def bwd(total, xs):
-        rt, et = xs
-        total = jnp.where(et, rt, total)
-        return total, total
-
-    _, totals = jax.lax.scan(bwd, jnp.zeros(x.shape[1:], x.dtype), (running, ends), reverse=True)
-    return totals
-
-
-def sequence_log_ratio(log_rhos: Array, mask: Optional[Array] = None,
-                       starts: Optional[Array] = None) -> Array:
-    """log R = sum over the sequence's action tokens of log rho, broadcast to every token."""
-    return sequence_sum(_clean(log_rhos, mask), starts)
-
-
-def geometric_mean_log_ratio(log_rhos: Array, mask: Optional[Array] = None,
-                             starts: Optional[Array] = None) -> Array:
-    """GSPO's log s = (1/|y|) sum_t log rho_t over the sequence's |y| action tokens (0 for a
-    sequence with no action token)."""
-    n = sequence_sum(jnp.ones_like(log_rhos) if mask is None else mask.astype(log_rhos.dtype),
-                     starts)
-    total = sequence_log_ratio(log_rhos, mask, starts)
-    return jnp.where(n > 0, total / jnp.maximum(n, 1.0), 0.0)
-
-
-def ppo_keep(ratio: Array, advantages: Array, eps_low, eps_high) -> Array:
-    """1 where d/dr min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) at r = ratio is A (the
-    unclipped branch is the min), 0 where the clip zeroes the gradient:
-    (A > 0 and r > 1 + eps_high) or (A < 0 and r < 1 - eps_low)."""
-    clipped = ((advantages > 0) & (ratio > 1.0 + eps_high)) | \
-              ((advantages < 0) & (ratio < 1.0 - eps_low))
-    return (~clipped).astype(ratio.dtype)
-
-
-def _band(x: Array, lo, hi) -> Array:
-    return ((x >= lo) & (x <= hi)).astype(x.dtype)
-
-
-# ------------------------------------------------------------------ M2PO second-moment mask
-
-
-def second_moment_keep(log_rhos: Array, tau, mask: Optional[Array] = None) -> Array:
-    """M2PO's batch mask (0 / 1, the shape of ``log_rhos``): drop the tokens with the largest
-    (log r)^2 until the mean of (log r)^2 over the KEPT tokens is <= tau -- the largest set
-    of smallest-(log r)^2 tokens whose mean second moment is <= tau (nothing is dropped when
-    the whole batch's is). Every masked-in token of the arrays is one batch; ties at the
-    boundary are broken by flat index (deterministic). One sort of the batch."""
-    x2 = jnp.square(_clean(log_rhos, mask))
-    x2 = jnp.where(jnp.isfinite(x2), x2, jnp.inf)  # log r = -inf: the largest second moment
-    on = jnp.broadcast_to(_on(mask), x2.shape).reshape(-1)
-    flat = jnp.where(on, x2.reshape(-1), jnp.inf)
-    order = jnp.argsort(flat, stable=True)
-    s = flat[order]
-    k = jnp.arange(1, s.size + 1, dtype=x2.dtype)
-    csum = jnp.cumsum(jnp.where(jnp.isfinite(s), s, 0.0))
-    ok = jnp.isfinite(s) & (csum <= tau * k)  # prefix mean <= tau (nondecreasing in k)
-    n_keep = jnp.sum(ok)
-    rank = jnp.zeros(s.size, jnp.int32).at[order].set(jnp.arange(s.size, dtype=jnp.int32))
-    return ((rank < n_keep) & on).astype(log_rhos.dtype).reshape(log_rhos.shape)
-
-
-def second_moment_threshold(log_rhos: Array, probs: Array, tau) -> tuple[Array, Array]:
-    """The population (infinite-batch) M2PO mask for token atoms with probabilities
-    ``probs`` (same shape, >= 0, any total): (kappa, frac) such that keep(x2) = 1[x2 <
-    kappa] + frac 1[x2 = kappa] is the largest mask, in the order of x2 = (log r)^2, with
-    E[x2 keep] <= tau E[keep] -- equality when the mask binds (frac in [0, 1) is the kept
-    fraction of the boundary atom). kappa = inf, frac = 1 when nothing is dropped."""
-    chex.assert_equal_shape([log_rhos, probs])
-    x2 = jnp.square(_clean(log_rhos, None)).reshape(-1)
-    x2 = jnp.where(jnp.isfinite(x2), x2, jnp.inf)
-    p = jnp.where(probs.reshape(-1) > 0, probs.reshape(-1), 0.0).astype(x2.dtype)
-    order = jnp.argsort(x2, stable=True)
-    s, ps = x2[order], p[order]
-    excess = jnp.cumsum(jnp.where(ps > 0, ps * (jnp.where(jnp.isfinite(s), s, 0.0) - tau), 0.0))
-    bad = (ps > 0) & ((excess > 0) | ~jnp.isfinite(s))
-    any_bad = jnp.any(bad)
-    kappa = jnp.where(any_bad, s[jnp.argmax(bad)], jnp.inf)
-    below = x2 < kappa
-    at = x2 == kappa
-    m_below = jnp.sum(jnp.where(below, p * (jnp.where(below, x2, 0.0) - tau), 0.0))
-    p_at = jnp.sum(jnp.where(at, p, 0.0))
-    frac = jnp.where(jnp.isfinite(kappa) & (p_at > 0),
-                     -m_below / jnp.maximum(p_at * (jnp.where(jnp.isfinite(kappa), kappa, 0.0) - tau),
-                                            1e-300), 0.0)
-    frac = jnp.where(any_bad, jnp.clip(frac, 0.0, 1.0), 1.0)
-    return kappa, frac
-
-
-def threshold_keep(log_rhos: Array, kappa, frac) -> Array:
-    """keep(x2) = 1[x2 < kappa] + frac 1[x2 = kappa] of :func:`second_moment_threshold`."""
-    x2 = jnp.square(_clean(log_rhos, None))
-    x2 = jnp.where(jnp.isfinite(x2), x2, jnp.inf)
-    return jnp.where(x2 < kappa, 1.0, jnp.where(x2 == kappa, frac, 0.0)).astype(log_rhos.dtype)
 
 
 # --------------------------------------------------------------------------------- rows
@@ -340,12 +239,12 @@ def _truncate(log_rhos, advantages, *, mask=None, clip):
 
 def _mask(log_rhos, advantages, *, mask=None, clip):
     rho = safe_ratios(log_rhos)
-    return rho * _band(rho, 1.0 / clip, clip)
+    return rho * band(rho, 1.0 / clip, clip)
 
 
 def _icepop(log_rhos, advantages, *, mask=None, alpha, beta):
     rho = safe_ratios(log_rhos)
-    return rho * _band(rho, alpha, beta)
+    return rho * band(rho, alpha, beta)
 
 
 def _seq_tis(log_rhos, advantages, *, mask=None, clip, starts=None):
@@ -354,7 +253,7 @@ def _seq_tis(log_rhos, advantages, *, mask=None, clip, starts=None):
 
 def _seq_mis(log_rhos, advantages, *, mask=None, alpha, beta, starts=None):
     r = safe_ratios(sequence_log_ratio(log_rhos, mask, starts))
-    return r * _band(r, alpha, beta)
+    return r * band(r, alpha, beta)
 
 
 def _gspo(log_rhos, advantages, *, mask=None, eps_low, eps_high, starts=None):
@@ -396,7 +295,7 @@ def _m2po(log_rhos, advantages, *, mask=None, tau, probs=None, threshold=None):
     if threshold is not None:
         keep = threshold_keep(log_rhos, *threshold)
     elif probs is not None:
-        p = probs if mask is None else jnp.where(_on(mask), probs, 0.0)
+        p = probs if mask is None else jnp.where(mask_on(mask), probs, 0.0)
         keep = threshold_keep(log_rhos, *second_moment_threshold(log_rhos, p, tau))
     else:
         keep = second_moment_keep(log_rhos, tau, mask)
@@ -448,6 +347,23 @@ _ROWS = (
     ActorCorrection("m2po", "M2PO second-moment mask, w = rho M", "batch", _m2po,
                     params=(("tau", 0.04),), data=("probs", "threshold"), trust_region=False,
                     equation="A9", citation="M2PO (Zheng, Zhao & Chen 2025)"),
+    # --- verl's policy-loss registry (issue 29; estimators.actor_rows_verl)
+    ActorCorrection("geo_mean", "GMPO, w = exp(mean_t clipped log r) 1[unclipped]", "sequence",
+                    geo_mean_weight, params=(("eps_low", 0.4), ("eps_high", 0.4)),
+                    data=("starts",), sign_dependent=True, trust_region=False, equation="A10",
+                    citation="GMPO (Zhao et al. 2025); verl loss_mode=geo_mean"),
+    ActorCorrection("sapo", "SAPO soft gate, w = 4 rho sig(x) sig(-x), x = tau (rho - 1)",
+                    "token", sapo_weight, params=(("tau_pos", 1.0), ("tau_neg", 1.05)),
+                    sign_dependent=True, trust_region=False, equation="A11",
+                    citation="SAPO (Gao et al. 2025, Qwen); verl loss_mode=sapo"),
+    ActorCorrection("dppo_tv", "DPPO-TV, w = min(rho, c) 1[p - p_mu inside the TV band]", "token",
+                    dppo_tv_weight, params=(("eps_low", 0.15), ("eps_high", 0.15), ("clip", 20.0)),
+                    data=("log_mu",), sign_dependent=True, trust_region=False, equation="A12",
+                    citation="DPPO (arXiv 2602.04879); verl loss_mode=dppo_tv"),
+    ActorCorrection("dppo_kl", "DPPO-KL, w = min(rho, c) 1[binary KL inside the band]", "token",
+                    dppo_kl_weight, params=(("eps_low", 0.05), ("eps_high", 0.05), ("clip", 20.0)),
+                    data=("log_mu",), sign_dependent=True, trust_region=False, equation="A12",
+                    citation="DPPO (arXiv 2602.04879); verl loss_mode=dppo_kl"),
 )
 for _row in _ROWS:
     register_actor_correction(_row)

@@ -154,6 +154,8 @@ def path_weights(paths: Paths, advantages: Array, version_weights: Array, *, cor
     data = {}
     if "lags" in row.data:
         data["lags"] = jnp.broadcast_to(jnp.arange(L)[None, :, None], lr.shape)
+    if "log_mu" in row.data:
+        data["log_mu"] = jnp.moveaxis(paths.log_mus, 0, 1)
     if row.level == "batch":
         data["probs"] = jnp.broadcast_to((version_weights[:, None] * paths.prob_mus)[None], lr.shape)
     w = row(lr, adv, mask=mask, **(params or {}), **data)

@@ -167,6 +167,8 @@ def correction_coefficients(
     data = {}
     if "lags" in row.data and lags is not None:
         data["lags"] = jnp.broadcast_to(lags, shape)
+    if "log_mu" in row.data:  # DPPO's probability band reads mu(a) itself
+        data["log_mu"] = jnp.broadcast_to(log_mu, shape)
     if threshold is not None:
         data["threshold"] = threshold
     if next_prob is None:
@@ -177,7 +179,7 @@ def correction_coefficients(
         grid = shape + adv.shape[-1:]
         adv = jnp.broadcast_to(adv, grid)
         next_prob = jnp.broadcast_to(next_prob, grid)
-        data = {k: (jnp.broadcast_to(v[..., None], grid) if k == "lags" else v)
+        data = {k: (jnp.broadcast_to(v[..., None], grid) if k in ("lags", "log_mu") else v)
                 for k, v in data.items()}
         w = row(jnp.broadcast_to(log_rhos[..., None], grid), adv, **(params or {}), **data)
         e_wa = jnp.sum(next_prob * w * adv, axis=-1)

@@ -116,4 +116,6 @@ def update_weights(row: ActorCorrection, params: dict, log_pi_old: Array, log_mu
         data["starts"] = starts
     if "lags" in row.data:
         data["lags"] = lags
+    if "log_mu" in row.data:
+        data["log_mu"] = log_mu
     return sg(row(log_pi_old - log_mu, adv, mask=mask, **params, **data))

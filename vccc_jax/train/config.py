@@ -93,7 +93,7 @@ class TrainConfig:
     # comparators (issue 13; check_comparators below validates them)
     brace_n: int = 4  # --critic brace: policy steps in the importance-corrected prefix
     brace_tail_anchor: str = "prefix"  # brace tail weight: prefix (trace product) | constant (1)
-    pi_old_route: str = ""  # decoupled actor pi_old: "" (off: pi_k) | exact | ewma | behaviour
+    pi_old_route: str = ""  # actor pi_old: "" (off: pi_k) | exact | ewma | behaviour | interpolated
     ewma_decay: Optional[float] = None  # PPO-EWMA beta (None: L / (1 + L), L the lag law's mean)
 
     def __post_init__(self):

@@ -562,8 +562,10 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
         decoupled routes of issue 13 (``estimators.related.decoupled.route_log_pi_old``):
         "exact" (training-side log-probs of each token's behaviour version, recorded by the
         rollout), "ewma" (PPO-EWMA: the actor at the debiased EMA of its parameters),
-        "behaviour" (the sampler's mu). The actor loss is then w(pi_old / mu) x
-        PPO-clip(pi_theta / pi_old) (``actor.policy_loss`` with ``log_pi_old``)."""
+        "behaviour" (the sampler's mu), "interpolated" (AReaL's A-3PO: log-probs interpolated
+        between mu and pi_k by each token's lag, no forward pass). The actor loss is then
+        w(pi_old / mu) x PPO-clip(pi_theta / pi_old) (``actor.policy_loss`` with
+        ``log_pi_old``)."""
         route = self.config.pi_old_route
         if not route:
             return prep.log_pi_old, prep.inputs.log_pi_all
@@ -571,7 +573,7 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
                        if route == "ewma" else None)
         return dec.route_log_pi_old(
             route, ltraj.action, log_pi_all=ltraj.log_pi_all, log_mu_all=prep.inputs.log_mu_all,
-            behaviour_log_pi_all=ltraj.log_b_all, ewma_logits=ewma_logits)
+            behaviour_log_pi_all=ltraj.log_b_all, ewma_logits=ewma_logits, lags=ltraj.lag)
 
     def _data_metrics(self, ltraj, valid, prep) -> dict:
         """Lag, importance-ratio diagnostics (ESS, clip rate overall and by lag, log-ratio

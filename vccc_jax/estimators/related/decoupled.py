@@ -33,6 +33,17 @@ module reuses it). Everything hinges on where log pi_old comes from (``ROUTES``)
   pipeline's mean lag L: beta = L / (1 + L) (:func:`ewma_decay_for_lag`; L = 0 gives the
   current parameters). The "revised" PPO-EWMA of the abstract is not specified further; we
   keep the original (EMA of parameters, debiased).
+* ``"interpolated"`` -- AReaL's approximated proximal policy (A-3PO, ``prox_logp_method=
+  loglinear``; AReaL ``areal/trainer/ppo/actor.py::compute_prox_logp_approximations``, docs
+  ``docs/en/algorithms/prox_approx.md``): no forward pass for pi_old; per token, log pi_prox
+  = log mu + alpha (log pi_theta - log mu), alpha = (v_prox - v_behave) / (v_theta -
+  v_behave) clipped to [0, 1], with AReaL's v_prox = v_theta - 1. With the token's lag l =
+  v_theta - v_behave: alpha = (l - 1) / l for l >= 1, 0 at l = 0 (alpha = 0 at l = 1 too:
+  pi_prox = mu). pi_theta is the learner at the update's start (pi_k: what AReaL's first
+  minibatch reads; later minibatches read the drifting learner). Not a normalised
+  distribution (sum_a mu^(1 - alpha) pi^alpha <= 1, Hoelder): AReaL only ever reads the
+  taken token's value; the trainer's full-row uses (score centring, KL diagnostics) read it
+  as is. :func:`interpolated_log_prox`.
 * ``"behaviour"`` -- the naive fallback pi_old := mu. Then d == 1 (the discrepancy mask or
   truncation never fires) and the whole mismatch pi_theta / mu sits inside the PPO clip:
   the two thresholds become entangled (the clip now fires on inference noise even at lag
@@ -56,7 +67,7 @@ from vccc_jax.estimators.importance import importance_weights, safe_ratios
 
 Array = chex.Array
 
-ROUTES = ("exact", "ewma", "behaviour")
+ROUTES = ("exact", "ewma", "behaviour", "interpolated")
 DISCREPANCY_KINDS = ("ratio", "truncate", "mask")
 
 
@@ -65,15 +76,43 @@ def _check_route(route: str) -> None:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
 
 
+def interpolation_alpha(lags: Array) -> Array:
+    """A-3PO's alpha = (v_prox - v_behave) / (v_theta - v_behave) with v_prox = v_theta - 1
+    and lag l = v_theta - v_behave: (l - 1) / l for l >= 1, 0 for l <= 0 (AReaL clips to
+    [0, 1] and sets 0 where v_theta = v_behave)."""
+    lags = jnp.asarray(lags)
+    l = lags.astype(jnp.result_type(float))
+    return jnp.where(lags > 0, jnp.maximum(l - 1.0, 0.0) / jnp.maximum(l, 1.0), 0.0)
+
+
+def interpolated_log_prox(log_mu: Array, log_pi: Array, lags: Array) -> Array:
+    """A-3PO's log pi_prox = log mu + alpha (log pi - log mu) (:func:`interpolation_alpha`;
+    ``lags`` broadcast against the log-probs), written (1 - alpha) log mu + alpha log pi so a
+    -inf log mu (off a top-k sampler's support) stays -inf instead of -inf + inf; alpha = 0
+    returns log mu exactly. A constant (stop_gradient)."""
+    alpha = interpolation_alpha(lags).astype(log_mu.dtype)
+    mix = (1.0 - alpha) * log_mu + alpha * log_pi
+    return jax.lax.stop_gradient(jnp.where(alpha > 0, mix, log_mu))
+
+
 def old_log_probs(route: str, log_mu: Array, *, exact_log_pi_old: Optional[Array] = None,
-                  ewma_log_pi: Optional[Array] = None) -> Array:
-    """log pi_old for a route: the exact training-side log-probs, the EWMA policy's, or mu's.
+                  ewma_log_pi: Optional[Array] = None, log_pi: Optional[Array] = None,
+                  lags: Optional[Array] = None) -> Array:
+    """log pi_old for a route: the exact training-side log-probs, the EWMA policy's, A-3PO's
+    interpolation, or mu's.
 
     ``exact_log_pi_old`` (from a version snapshot or a dedicated old-logit model) is
     required for ``"exact"``, ``ewma_log_pi`` (the network at :func:`ewma_params`) for
-    ``"ewma"``; ``"behaviour"`` returns ``log_mu``. Always a constant (stop_gradient).
+    ``"ewma"``, ``log_pi`` (the learner's, no gradient needed) and the per-token ``lags`` for
+    ``"interpolated"``; ``"behaviour"`` returns ``log_mu``. Always a constant (stop_gradient).
     """
     _check_route(route)
+    if route == "interpolated":
+        if log_pi is None or lags is None:
+            raise ValueError("route 'interpolated' needs log_pi (the learner's log-probs) and the "
+                             "per-token lags")
+        chex.assert_equal_shape([log_pi, log_mu])
+        return interpolated_log_prox(log_mu, log_pi, lags)
     if route == "exact":
         if exact_log_pi_old is None:
             raise ValueError("route 'exact' needs exact_log_pi_old (snapshot / old-logit model)")
@@ -144,7 +183,8 @@ def decoupled_policy_loss(log_pi: Array, log_mu: Array, advantages: Array, *, ro
 
 def route_log_pi_old(route: str, action: Array, *, log_pi_all: Array, log_mu_all: Array,
                      behaviour_log_pi_all: Optional[Array] = None,
-                     ewma_logits: Optional[Array] = None) -> tuple[Array, Array]:
+                     ewma_logits: Optional[Array] = None,
+                     lags: Optional[Array] = None) -> tuple[Array, Array]:
     """The trainer's pi_old for ``TrainConfig.pi_old_route`` -> (log pi_old(a_t|s_t) [T, B],
     log pi_old(.|s_t) [T, B, A]), constants.
 
@@ -154,7 +194,8 @@ def route_log_pi_old(route: str, action: Array, *, log_pi_all: Array, log_mu_all
     (``behaviour_log_pi_all`` = log_softmax of that version's logits, before the sampler's
     temperature / top-k / mismatch; from a version snapshot). ``"ewma"``: log_softmax of
     ``ewma_logits`` (the actor at :func:`ewma_params`). ``"behaviour"``: the sampler's
-    ``log_mu_all``. The actor then uses ``actor.policy_loss(log_pi, log_mu, A,
+    ``log_mu_all``. ``"interpolated"``: A-3PO's (1 - alpha) log mu + alpha log pi_k per action
+    (:func:`interpolated_log_prox`, ``lags`` [T, B] the tokens' version lags). The actor then uses ``actor.policy_loss(log_pi, log_mu, A,
     log_pi_old=...)``: w(pi_old / mu) x PPO-clip(pi_theta / pi_old) (module docstring).
     """
     chex.assert_equal_shape([log_pi_all, log_mu_all])
@@ -171,6 +212,11 @@ def route_log_pi_old(route: str, action: Array, *, log_pi_all: Array, log_mu_all
             if ewma_logits is None:
                 raise ValueError("pi_old_route 'ewma' needs ewma_logits")
             full = jax.nn.log_softmax(ewma_logits, axis=-1)
+        elif route == "interpolated":
+            if lags is None:
+                raise ValueError("pi_old_route 'interpolated' needs the per-token lags")
+            chex.assert_shape(lags, log_pi_all.shape[:-1])
+            full = interpolated_log_prox(log_mu_all, log_pi_all, lags[..., None])
         else:
             full = log_mu_all
     chex.assert_equal_shape([full, log_pi_all])
@@ -238,7 +284,8 @@ def route_cost(route: str, *, num_params: int, max_lag: int, exact_strategy: str
 
 
 __all__ = [
-    "ROUTES", "DISCREPANCY_KINDS", "old_log_probs", "DecoupledRatios", "decoupled_ratios",
+    "ROUTES", "DISCREPANCY_KINDS", "interpolated_log_prox", "interpolation_alpha",
+    "old_log_probs", "DecoupledRatios", "decoupled_ratios",
     "decoupled_weights", "decoupled_policy_loss", "EwmaState", "ewma_decay_for_lag",
     "ewma_init", "ewma_update", "ewma_params", "route_cost", "route_log_pi_old",
     "trainer_ewma_decay",
