@@ -180,6 +180,28 @@ def test_grid_is_resumable_and_tabulated(tmp_path, monkeypatch, capsys):
     assert "4 cells, 4 already in" in capsys.readouterr().out
 
 
+def test_set_overrides_a_grid_base_in_dry_run(tmp_path, capsys):
+    """Issue 30 break 1: ``--set base.FIELD=V`` with a train grid (it crashed in ``_given``).
+    The store holds two cells of the overridden grid and one of the file's own: the dry run
+    must count exactly the two (it would count the one if the override were dropped)."""
+    from vccc_jax.runs.store import ResultStore, cell_id
+
+    toml = ROOT / "experiments" / "train_lag_quick.toml"
+    exp = schema.load(toml)
+    three = run_lib.cell_fields(exp, {"num_seeds": 3})
+    eight = run_lib.cell_fields(exp)
+    assert {f["num_seeds"] for f in three} == {3} and {f["num_seeds"] for f in eight} == {8}
+    with ResultStore(tmp_path / f"{exp.name}.jsonl") as store:
+        for cell in (three[0], three[5], eight[1]):
+            store.append({"id": cell_id(cell), "cell": cell, "metrics": {}, "meta": {}})
+    capsys.readouterr()
+    rc = cmd.main(["--config", str(toml), "--set", "base.num_seeds=3", "--out", str(tmp_path),
+                   "--dry-run"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert f"{len(three)} cells, 2 already in" in out.out and len(three) == 32
+
+
 def test_shipped_train_experiments_build_valid_configs():
     files = sorted((ROOT / "experiments").glob("train_*.toml"))
     assert len(files) >= 2

@@ -240,10 +240,15 @@ def add_critic_free_flags(p) -> None:
 
 def _given(p, argv, args) -> dict:
     """dest -> value of the flags on the command line (argparse sets a default only where
-    the namespace lacks the attribute, so unset flags keep a sentinel)."""
+    the namespace lacks the attribute, so unset flags keep a sentinel; an ``append`` flag
+    starts from an empty list and counts as given when it collected a value)."""
     unset = object()
-    again = p.parse_args(argv, namespace=argparse.Namespace(**{k: unset for k in vars(args)}))
-    return {k: v for k, v in vars(again).items() if v is not unset}
+    # list-valued flags (--set: action "append") need a list to append to: given if non-empty
+    lists = {k for k, v in vars(args).items() if isinstance(v, list)}
+    again = p.parse_args(argv, namespace=argparse.Namespace(
+        **{k: [] if k in lists else unset for k in vars(args)}))
+    return {k: v for k, v in vars(again).items()
+            if v is not unset and not (k in lists and v == [])}
 
 
 def _overrides(args) -> dict:
