@@ -306,6 +306,64 @@ def test_bad_input_is_reported_before_jax_is_imported(dirs):
     assert rcs == [2] * len(cases) and loaded == [], got.stderr
 
 
+def test_a_run_directory_in_use_is_refused_with_exit_3(tmp_path, capsys):
+    """Issue 30 break 3: two ``vccc train`` with the same ``--out`` both ran and mixed their
+    checkpoints. A run holds an exclusive flock on its directory; here the test holds it (as
+    a first run would), and the second run gets one line, exit 3, and writes nothing."""
+    import fcntl
+    import os
+
+    out = tmp_path / "run"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        rc = cmd.main(TINY + ["--out", str(out)])
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 3 and len(err) == 1, err
+    assert err[0] == (f"vccc train: --out {out}: another vccc train is running in this "
+                      "directory; wait for it to end, or choose another --out")
+    assert list(out.iterdir()) == []
+
+
+def test_an_empty_directory_that_cannot_be_written_is_refused_before_jax(tmp_path, capsys,
+                                                                         monkeypatch):
+    """Issue 30 break 4: an existing, empty, non-writable ``--out`` gave orbax's
+    PermissionError after the compile. Tests run as root, where chmod does not stop writes,
+    so the directory's permission bits are what ``os.access`` reports for it here."""
+    import os
+
+    out = tmp_path / "ro"
+    out.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: (
+        False if Path(p) == out and mode & os.W_OK else real(p, mode, *a, **k)))
+    built = []  # config_from builds the env (imports JAX): the refusal must come before it
+    monkeypatch.setattr(run_lib, "config_from", lambda *a, **k: built.append(a))
+    rc = cmd.main(TINY + ["--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [f"vccc train: --out {out} is not writable"], err
+    assert built == [] and list(out.iterdir()) == []
+
+
+def test_sweep_store_in_use_is_refused_with_exit_3(tmp_path, capsys):
+    """The same contract for ``vccc sweep`` (a second writer of its store file)."""
+    from vccc_jax.commands import sweep
+    from vccc_jax.runs.store import ResultStore
+
+    data = ROOT / "tests" / "data"
+    (tmp_path / "async_ac_tiny.jsonl").write_bytes(
+        (data / "results" / "async_ac_tiny.jsonl").read_bytes())
+    with ResultStore(tmp_path / "async_ac_tiny.jsonl"):
+        rc = sweep.main(["--config", str(data / "experiments" / "async_ac_tiny.toml"),
+                         "--results", str(tmp_path), "--no-figures", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 3 and len(err) == 1 and err[0].startswith("vccc sweep: another process is "
+                                                           "writing to "), err
+
+
 def test_gamma_is_taken_from_the_env_spec():
     assert run_lib.resolve_fields({"env": "token:V=32,H=8"})["gamma"] == 1.0
     assert run_lib.resolve_fields({"env": "token:V=32,H=8,gamma=0.9"})["gamma"] == 0.9

@@ -193,8 +193,6 @@ def _track(args, exp, ids: list, store: Path) -> None:
 
 
 def _interruptible(body, cfg, args, exp, ids: list, store: Path) -> int:
-    from vccc_jax.runs.store import StoreLockedError
-
     t0 = time.perf_counter()
     try:
         rc = body(cfg, args, t0)
@@ -209,9 +207,6 @@ def _interruptible(body, cfg, args, exp, ids: list, store: Path) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
-    except StoreLockedError as e:
-        fail("sweep", e)
-        return 3
 
 
 def _tabular(cfg: dict, args, t0: float) -> int:

@@ -351,12 +351,21 @@ def _prepare(argv: list[str]):
     from vccc_jax.train.sharding import check_divisible
 
     check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
-    # every check passed: only now touch the file system
+    # every check passed: only now touch the file system (the run directory is locked
+    # until the run ends: a second vccc train there exits 3)
     if out is None:
         out = run_dir.new_dir(Path("results") / "train", run_dir.run_name(fields))
+        held = run_dir.lock(out)
     else:
-        run_dir.make(out, mode)
-    return lambda: _interruptible(_single, cfg, out, args, mode == run_dir.RESUME, command)
+        held = run_dir.make(out, mode, fields)
+
+    def run() -> int:
+        try:
+            return _interruptible(_single, cfg, out, args, mode == run_dir.RESUME, command)
+        finally:
+            os.close(held)
+
+    return run
 
 
 def _exit_interrupted(message: str):

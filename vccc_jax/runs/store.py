@@ -283,7 +283,25 @@ def load_results(path: str | os.PathLike) -> list[dict]:
 
 
 class StoreLockedError(RuntimeError):
-    pass
+    """Another process holds the lock (a store file, a ``vccc train`` run directory): the
+    commands exit 3 with this one line."""
+
+
+def lock_exclusive(fd: int, busy: str, *, wait: bool = False) -> int:
+    """Take an exclusive ``flock`` on the open file or directory ``fd`` (held until it is
+    closed or the process ends) and return ``fd``. Held by another process: ``fd`` is closed
+    and :class:`StoreLockedError` (``busy``) raised, unless ``wait``. On a file system
+    without locks (Lustre mounted without ``flock``) the check is skipped."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError as e:
+        os.close(fd)
+        raise StoreLockedError(busy) from e
+    except OSError as e:
+        if e.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+            os.close(fd)
+            raise
+    return fd
 
 
 class ResultStore:
@@ -311,18 +329,10 @@ class ResultStore:
     # -- lifecycle -------------------------------------------------------------------
     def open(self) -> "ResultStore":
         self.file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.file, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
-        except BlockingIOError as e:
-            os.close(fd)
-            raise StoreLockedError(
-                f"another process is writing to {self.file} (shard {self.shard} of the store "
-                f"{self.path})") from e
-        except OSError as e:  # a file system without locks (Lustre mounted without flock)
-            if e.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
-                os.close(fd)
-                raise
+        fd = lock_exclusive(
+            os.open(self.file, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o644),
+            f"another process is writing to {self.file} (shard {self.shard} of the store "
+            f"{self.path})", wait=self.wait)
         data = b""
         while chunk := os.pread(fd, 1 << 20, len(data)):
             data += chunk
