@@ -223,6 +223,7 @@ def dirs(tmp_path_factory):
     """Run directories and configs the bad-input table refers to by name."""
     d = tmp_path_factory.mktemp("bad")
     (d / "file").write_text("x")
+    (d / "foo.txt").write_text("3 1\nfoo\n")
     same = _fields(TINY)
     for name, cfg, ckpt in (("other", _fields(TINY[:-1] + ["--hidden", "8"]), True),
                             ("same", same, True), ("same_nockpt", same, False)):
@@ -274,6 +275,14 @@ BAD = [
     (["--lag", "geometic:8"], "lag", False),
     (["--critic", "nope"], "unknown critic 'nope'", False),
     (["--env", "Nope-v0"], "not a gymnax environment", False),
+    # issue 30: no raw Python in these messages, and a near-miss env name gets a suggestion
+    (["--env", "CartPol-v1"], "env 'CartPol-v1' is not a gymnax environment (did you mean "
+     "'CartPole-v1'? `vccc list envs` lists them)", False),
+    (["--lag", "trace:@{d}/missing.txt"], "lag 'trace:@{d}/missing.txt': cannot read the trace "
+     "file {d}/missing.txt (No such file or directory)", False),
+    (["--lag", "trace:@{d}/foo.txt"], "lag trace file {d}/foo.txt: 'foo' is not an integer lag",
+     False),
+    (["--lag", "trace:1,x"], "lag trace: 'x' is not an integer lag", False),
     (["--num-minibatches", "3"], "must divide", False),
 ]
 
