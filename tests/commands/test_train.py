@@ -202,6 +202,15 @@ def test_set_overrides_a_grid_base_in_dry_run(tmp_path, capsys):
     assert f"{len(three)} cells, 2 already in" in out.out and len(three) == 32
 
 
+def test_whole_updates_cover_99_percent_of_the_request():
+    """50 updates of 128 steps = 6400 env steps: 6464 asked is 99.0% (runs), 6465 is not."""
+    fields = {"num_envs": 4, "num_steps": 32}
+    run_lib.check_whole_updates(dict(fields, total_timesteps=6464))
+    with pytest.raises(schema.ConfigError, match="would run 6400: use 6400 or 6528"):
+        run_lib.check_whole_updates(dict(fields, total_timesteps=6465))
+    run_lib.check_whole_updates(run_lib.resolve_fields({}))  # the default 500000 / 512
+
+
 def test_shipped_train_experiments_build_valid_configs():
     files = sorted((ROOT / "experiments").glob("train_*.toml"))
     assert len(files) >= 2
@@ -272,6 +281,11 @@ BAD = [
     (["--out", "{d}/same", "--resume", "--overwrite"], "not allowed with argument", True),
     (["--checkpoint-every", "5x"], "a wall time like 90s", True),
     (["--keep", "0"], "--keep must be >= 1", True),
+    # issue 30: 1e3 steps ran one update silently; whole updates must cover 99% of the request
+    (["--timesteps", "1e3"], "total_timesteps 1000 is 7.81 updates of 128 env steps (num_envs 4 "
+     "x num_steps 32); a run does whole updates only, so it would run 896: use 896 or 1024",
+     True),
+    (["--timesteps", "100"], "it would run 0: use 128", True),
     (["--lag", "geometic:8"], "lag", False),
     (["--critic", "nope"], "unknown critic 'nope'", False),
     (["--env", "Nope-v0"], "not a gymnax environment", False),

@@ -312,6 +312,8 @@ def _prepare(argv: list[str]):
             raise ValueError("--resume / --overwrite are for one run; a grid resumes by itself "
                              "(rerun the same command)")
         fields = runs_train.cell_fields(exp, overrides)  # pure Python checks first
+        for f in fields:
+            runs_train.check_whole_updates(f, exp.path)
         out = Path(args.out) if args.out else Path("results") / "train"
         if args.dry_run:
             from vccc_jax.runs.store import cell_id
@@ -336,6 +338,7 @@ def _prepare(argv: list[str]):
     where = exp.path if exp is not None else "train flags"
     fields = runs_train.resolve_fields(dict(exp.base if exp is not None else {}, **overrides),
                                        where)
+    runs_train.check_whole_updates(fields, where)
     if args.out is not None:
         out = Path(args.out)
         mode = run_dir.prepare(out, fields, resume=args.resume, overwrite=args.overwrite)
