@@ -396,6 +396,26 @@ def test_gamma_is_taken_from_the_env_spec():
     assert run_lib.config_from(fields).to_dict() == run_lib.resolve_fields(fields)
 
 
+def test_first_ctrl_c_is_acknowledged_at_once_on_a_pipe_too(capsys):
+    """Issue 30: with stderr not a terminal (a log, a harness) the first Ctrl-C was silent
+    until the compile in flight ended (~46 s seen). The watcher thread says so at once: here
+    while the main thread is still waiting, i.e. before the loop could have noticed."""
+    import os
+    import signal
+    import threading
+
+    assert not sys.stderr.isatty()  # capsys: a pipe, as in the report
+    with cmd._SigintStops() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(6000):  # safety net only (60 s): the watcher answers in microseconds
+            if stop():
+                break
+            threading.Event().wait(0.01)
+        err = capsys.readouterr().err
+    assert stop() and err.strip() == ("vccc train: stopping after the updates in flight (they "
+                                      "are checkpointed); Ctrl-C again to quit now")
+
+
 def test_second_ctrl_c_quits_even_while_the_main_thread_is_busy(capsys):
     """Ctrl-C during a compile or a jitted call: Python signal handlers wait for the main thread,
     so the watcher thread reads the signal from the wakeup fd. The first Ctrl-C asks the loop to

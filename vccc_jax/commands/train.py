@@ -35,8 +35,9 @@ Run directories (``runs.run_dir``): the default ``results/train/<env>_..._<hash>
 new for every run; an ``--out`` holding another run is refused unless ``--resume`` (the same
 config, from its latest checkpoint) or ``--overwrite``. Checkpoints are written every
 ``--checkpoint-every`` (default 5 minutes of wall time), at the end, and on Ctrl-C: the
-first Ctrl-C finishes the jitted chunk in flight, checkpoints it and exits 130 with one line;
-a second one stops at once (the last checkpoint is kept). Bad input is reported (one line,
+first Ctrl-C is acknowledged at once (one line, even mid-compile), finishes the jitted chunk
+in flight, checkpoints it and exits 130 with one more line; a second one stops at once (the
+last checkpoint is kept). Bad input is reported (one line,
 exit 2) before JAX is imported where it can be checked in pure Python.
 """
 
@@ -391,8 +392,9 @@ def _interruptible(body, *args_) -> int:
 
 
 class _SigintStops:
-    """While active, the first Ctrl-C (SIGINT) sets a flag (``stop()`` is True; at a terminal it
-    says so at once); the training loop checkpoints after the chunk in flight and stops. A
+    """While active, the first Ctrl-C (SIGINT) sets a flag (``stop()`` is True) and says so at
+    once on stderr, even mid-compile; the training loop checkpoints after the chunk in flight
+    and stops. A
     second Ctrl-C quits at once: ``on_force()`` (default: exit 130 with ``message()``), even while the main
     thread is inside a compile or a jitted call, where Python signal handlers cannot run: a
     watcher thread reads the signal from ``signal.set_wakeup_fd``, which the C-level handler
@@ -405,9 +407,9 @@ class _SigintStops:
                  announce: Optional[bool] = None):
         self.requested, self.old, self.count = False, None, 0
         self.message = message
-        # at a terminal the first Ctrl-C is acknowledged at once (a chunk or compile can take
-        # minutes); piped stderr keeps the one-line contract
-        self.announce = sys.stderr.isatty() if announce is None else announce
+        # the first Ctrl-C is acknowledged at once (a chunk or a compile can take minutes,
+        # and a log or a harness reading a pipe must see it was received, as a terminal does)
+        self.announce = True if announce is None else announce
         self.on_force = on_force or (lambda: _exit_interrupted(self.message()))
 
     def __call__(self) -> bool:
@@ -429,11 +431,11 @@ class _SigintStops:
                     continue
                 self.count += 1
                 if self.count == 1:
-                    self.requested = True
-                    if self.announce:
+                    if self.announce:  # before the flag: the stop line follows this one
                         print("\nvccc train: stopping after the updates in flight (they "
                               "are checkpointed); Ctrl-C again to quit now", file=sys.stderr,
                               flush=True)
+                    self.requested = True
                 else:
                     self.on_force()
                     return
