@@ -3,6 +3,7 @@ overrides, summaries with t intervals, grids (resumable, tabulated) and the ship
 experiments."""
 
 import csv
+import importlib.util
 import json
 import subprocess
 import sys
@@ -52,10 +53,10 @@ def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys):
     # --track tensorboard: the mean over seeds of each metric at each update
     events = read_events(next((out / "tensorboard").glob("events.*")))
     logged = {step: v for step, tag, v, plugin in events if tag == "return" and not plugin}
-    assert sorted(logged) == [0, 1, 2, 3]
+    assert sorted(logged) == [128, 256, 384, 512]  # global step = env steps (issue 30)
     for u in range(4):
         want = np.mean([float(r["return"]) for r in rows if int(r["update"]) == u])
-        np.testing.assert_allclose(logged[u], want, rtol=1e-6)
+        np.testing.assert_allclose(logged[128 * (u + 1)], want, rtol=1e-6)
     assert len(rows) == 4 * 2  # 4 updates x 2 seeds, one row each
     assert {r["seed"] for r in rows} == {"0", "1"}
     assert [int(r["env_steps"]) for r in rows[::2]] == [128, 256, 384, 512]
@@ -286,6 +287,8 @@ BAD = [
      "x num_steps 32); a run does whole updates only, so it would run 896: use 896 or 1024",
      True),
     (["--timesteps", "100"], "it would run 0: use 128", True),
+    *([(["--track", "wandb"], "--track wandb: the wandb package is not installed (pip install "
+        "'vccc_jax[tracking]')", True)] if importlib.util.find_spec("wandb") is None else []),
     (["--lag", "geometic:8"], "lag", False),
     (["--critic", "nope"], "unknown critic 'nope'", False),
     (["--env", "Nope-v0"], "not a gymnax environment", False),

@@ -64,7 +64,9 @@ def build_parser() -> Parser:
     p.add_argument("--no-progress", action="store_true", help="no progress output at all")
     p.add_argument("--track", default="none", metavar="SPEC",
                    help="experiment tracking: none (default), tensorboard (event files in "
-                   "<results>/tensorboard/<name>) or tensorboard:DIR")
+                   "<results>/tensorboard/<name>), tensorboard:DIR, or wandb[:PROJECT] (a "
+                   "W&B run in <results>/wandb/<name>, offline unless WANDB_MODE is set); "
+                   "pip install 'vccc_jax[tracking]'")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--dry-run", action="store_true",
                       help="print the grid size, the cells already stored and an ETA; compute "
@@ -176,11 +178,11 @@ def _track(args, exp, ids: list, store: Path) -> None:
     """Every stored cell of this grid into the tracker (TensorBoard HParams: one row each)."""
     from vccc_jax.runs.export import flatten
     from vccc_jax.runs.store import rows_by_id
-    from vccc_jax.runs.tracking import open_tracker
+    from vccc_jax.runs.tracking import open_tracker, parse_spec
 
     by_id = rows_by_id(store)
     rows = [by_id[i] for i in ids if i in by_id]
-    logdir = Path(args.results) / "tensorboard" / exp.name
+    logdir = Path(args.results) / parse_spec(args.track)[0] / exp.name
     with open_tracker(args.track, logdir=logdir, config={"name": exp.name, "kind": exp.kind,
                                                           "config": exp.path}) as tracker:
         for i, row in enumerate(rows):

@@ -212,9 +212,11 @@ def build_parser(names: bool = False) -> Parser:
                    help="with a --config grid: print the grid size, the cells already stored "
                    "and an ETA; compute nothing")
     p.add_argument("--track", default="none", metavar="SPEC",
-                   help="experiment tracking of one run: none (default), tensorboard (event "
-                   "files in <out>/tensorboard: the mean over seeds of every metric per update) "
-                   "or tensorboard:DIR")
+                   help="experiment tracking of one run: the mean over seeds of every "
+                   "metric per update, stepped by env steps. none (default), tensorboard "
+                   "(event files in <out>/tensorboard), tensorboard:DIR, or wandb[:PROJECT] "
+                   "(a W&B run in <out>/wandb, offline unless WANDB_MODE is set); pip install "
+                   "'vccc_jax[tracking]'")
     add_critic_free_flags(p)
     add_shard_flags(p)
     for f in dataclasses.fields(TrainConfig):

@@ -2,7 +2,7 @@
 
 A ``vccc train`` run directory (``runs.train.run_one``) holds ``RUN_FILES``: config.json
 (written first), metrics.csv, summary.json, curves.png, checkpoint/ (orbax steps) and
-tensorboard/ (``--track``). Before any compute, :func:`prepare` decides what a command may
+tensorboard/ or wandb/ (``--track``). Before any compute, :func:`prepare` decides what a command may
 do with ``--out``:
 
 * a new or empty directory: start;
@@ -33,7 +33,8 @@ from typing import Optional
 
 from vccc_jax.runs.store import cell_id, lock_exclusive
 
-RUN_FILES = ("config.json", "metrics.csv", "summary.json", "curves.png", "checkpoint", "tensorboard")
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "curves.png", "checkpoint", "tensorboard",
+             "wandb")
 START, RESUME, OVERWRITE = "start", "resume", "overwrite"
 
 

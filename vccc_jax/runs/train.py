@@ -39,7 +39,7 @@ from vccc_jax.runs.grid import product
 from vccc_jax.runs.provenance import provenance
 from vccc_jax.runs.schema import ConfigError, Experiment
 from vccc_jax.runs.store import cell_id
-from vccc_jax.runs.tracking import log_rows, open_tracker
+from vccc_jax.runs.tracking import log_rows, open_tracker, parse_spec
 from vccc_jax.train.config import TrainConfig
 
 # Above: pure Python (numpy at most). JAX, scipy (analysis) and rich (progress) are
@@ -235,8 +235,9 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     state there and raises :class:`Interrupted`. Every exit (the end, an exception, Ctrl-C)
     first waits for pending saves, so a returned or raised run leaves no save half done.
     ``command``: the command line recorded in the provenance (default ``sys.argv``).
-    ``track``: a ``runs.tracking`` spec (``tensorboard``: event files in ``<out>/tensorboard``,
-    the mean over seeds of every metric at each update).
+    ``track``: a ``runs.tracking`` spec (``tensorboard``: event files in ``<out>/tensorboard``;
+    ``wandb``: an offline W&B run in ``<out>/wandb``; the mean over seeds of every metric at
+    each update, stepped by env steps).
     Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
 
     from vccc_jax.train import checkpoint as ck
@@ -252,7 +253,7 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     trainer = st.trainer
     total = trainer.num_updates
     mngr = ck.manager(out / "checkpoint", keep=keep)
-    tracker = open_tracker(track if main else "none", logdir=out / "tensorboard",
+    tracker = open_tracker(track if main else "none", logdir=out / parse_spec(track)[0],
                            config=cfg.to_dict())
     try:
         return _train_loop(cfg, out, st, mngr, total=total, chunk=chunk,
