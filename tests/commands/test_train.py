@@ -3,6 +3,7 @@ overrides, summaries with t intervals, grids (resumable, tabulated) and the ship
 experiments."""
 
 import csv
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -210,6 +211,23 @@ def test_whole_updates_cover_99_percent_of_the_request():
     with pytest.raises(schema.ConfigError, match="would run 6400: use 6400 or 6528"):
         run_lib.check_whole_updates(dict(fields, total_timesteps=6465))
     run_lib.check_whole_updates(run_lib.resolve_fields({}))  # the default 500000 / 512
+
+
+def test_every_train_flag_has_help_and_the_lag_syntax_matches_the_readme():
+    """Issue 30: most --help entries showed only "(default X)", and --help documented
+    trace:l0,l1,... where the README documented trace:@FILE."""
+    from vccc_jax.commands.train_help import FIELD_HELP
+
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert sorted(FIELD_HELP) == sorted(names)
+    entries = {a.dest: a.help for a in cmd.build_parser()._actions}
+    for name in names:
+        text = entries[name]
+        assert len(text.split("(default")[0].strip()) >= 10, (name, text)
+    text = cmd.build_parser(names=True).format_help()
+    readme = (ROOT / "README.md").read_text()
+    for form in ("trace:l0,l1,...", "trace:@FILE"):
+        assert form in text and form in readme, form
 
 
 def test_shipped_train_experiments_build_valid_configs():
