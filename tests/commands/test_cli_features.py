@@ -185,3 +185,50 @@ def test_every_store_reader_skips_bad_lines_with_one_warning(tmp_path, capsys, m
                           "as it is"], got.err
     assert drawn == [n_smoke]
     assert {p: p.read_bytes() for p in (store, smoke)} == before  # nothing rewritten
+
+
+def test_figures_says_which_notebooks_drew_no_figure_and_why(tmp_path, capsys, monkeypatch):
+    """Issue 30: 4 of 9 notebooks drew nothing and ``make figures`` did not say which or why.
+    The kernel is faked: ``clipping`` writes one PNG, ``neural_lag`` prints that it found no
+    stores (as the real one does on an empty results directory)."""
+    import nbformat
+
+    from vccc_jax.commands import figures
+    from vccc_jax.runs import examples
+
+    out = tmp_path / "figs"
+
+    def fake_execute(stem, cwd, km=None, timeout=600):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("")
+        if stem == "clipping":
+            (out / "clip.png").write_bytes(b"\x89PNG")
+            text = "stores: ['tabular_default.jsonl']\n"
+        else:
+            text = "stores: none\nregime stores: none\n"
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+        nb.cells.append(cell)
+        return nb
+
+    class Kernel:
+        def shutdown_kernel(self, now=False):
+            pass
+
+    monkeypatch.setattr(examples, "write_examples", lambda results: None)
+    monkeypatch.setattr(figures, "load_notebook", lambda path, params: path.stem)
+    monkeypatch.setattr(figures, "execute", fake_execute)
+    monkeypatch.setattr(figures, "start_kernel", Kernel)
+    rc = cli.main(["figures", "--results", str(tmp_path), "--out", str(out), "--only",
+                   "clipping", "neural_lag"])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    assert lines[0].startswith("clipping.py: ran in ") and lines[0].endswith("s, 1 figures")
+    assert lines[1].startswith("neural_lag.py: ran in ") and lines[1].endswith(
+        "s, drew no figure (stores: none; regime stores: none)")
+    assert lines[2:] == [f"1 figures (PNG + PDF) in {out}",
+                         "1 of 2 notebooks drew no figure (results absent: the commands are in "
+                         "each notebook's first cell): neural_lag (stores: none; regime stores: "
+                         "none)"]
+    nb = fake_execute("bandit", tmp_path)  # nothing absent said: its last line is the reason
+    nb.cells[0].outputs[0]["text"] = "3 settings\nmax err 1e-9\n"
+    assert figures.why_no_figure(nb) == "its last output: max err 1e-9"
