@@ -437,6 +437,29 @@ def test_first_ctrl_c_is_acknowledged_at_once_on_a_pipe_too(capsys):
                                       "are checkpointed); Ctrl-C again to quit now")
 
 
+def test_sweep_acknowledges_the_first_ctrl_c_and_still_raises(capsys):
+    """``vccc sweep``'s mode (``raise_first``): the watcher says it at once and the main thread
+    gets KeyboardInterrupt when it next runs Python (the sweep then saves and exits 130)."""
+    import os
+    import signal
+    import threading
+
+    raised = False
+    with cmd._SigintStops(command="sweep", ack="interrupting", raise_first=True) as stop:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(6000):  # safety net only (60 s): interrupted at the next bytecode
+                threading.Event().wait(0.01)
+        except KeyboardInterrupt:
+            raised = True
+        for _ in range(6000):  # the watcher thread prints, then sets the flag
+            if stop():
+                break
+            threading.Event().wait(0.01)
+    assert raised and stop()
+    assert capsys.readouterr().err.strip() == "vccc sweep: interrupting"
+
+
 def test_second_ctrl_c_quits_even_while_the_main_thread_is_busy(capsys):
     """Ctrl-C during a compile or a jitted call: Python signal handlers wait for the main thread,
     so the watcher thread reads the signal from the wakeup fd. The first Ctrl-C asks the loop to

@@ -1,6 +1,7 @@
-"""Ctrl-C in ``vccc train``: the first one asks the training loop to stop after the chunk in
-flight (acknowledged at once, even mid-compile), the second quits at once; both exit 130
-with one line naming what was saved (``commands.train``)."""
+"""Ctrl-C in ``vccc train`` and ``vccc sweep``: the first one is acknowledged at once (even
+mid-compile) and stops the run where it can save (train: after the chunk in flight; sweep:
+when the computation in flight returns), the second quits at once; both exit 130 with one
+line naming what was saved (``commands.train``, ``commands.sweep``)."""
 
 from __future__ import annotations
 
@@ -34,23 +35,30 @@ def interruptible(body, *args_) -> int:
 
 class SigintStops:
     """While active, the first Ctrl-C (SIGINT) sets a flag (``stop()`` is True) and says so at
-    once on stderr, even mid-compile; the training loop checkpoints after the chunk in flight
-    and stops. A second Ctrl-C quits at once: ``on_force()`` (default: exit 130 with
+    once on stderr (``ack``), even mid-compile; the training loop checkpoints after the chunk
+    in flight and stops. With ``raise_first`` (``vccc sweep``) the first Ctrl-C also raises
+    KeyboardInterrupt in the main thread as soon as it runs Python again (the default handler;
+    after a compile, when the compile returns), so the acknowledgement is what the user sees
+    meanwhile. A second Ctrl-C quits at once: ``on_force()`` (default: exit 130 with
     ``message()``). Both work while the main thread is inside a compile or a jitted call,
     where Python signal handlers cannot run: a watcher thread reads the signal from
-    ``signal.set_wakeup_fd``, which the C-level handler writes as the signal arrives. Quitting between saves is safe: a save is a rename of a
-    finished temporary directory (kill -9 at random times is tested to resume bitwise).
-    Outside the main thread it does nothing (signals go there)."""
+    ``signal.set_wakeup_fd``, which the C-level handler writes as the signal arrives.
+    Quitting between saves is safe: a save is a rename of a finished temporary directory (kill
+    -9 at random times is tested to resume bitwise); a store row is one write. Outside the
+    main thread it does nothing (signals go there)."""
 
     def __init__(self, message: Callable[[], str] = lambda: "interrupted",
                  on_force: Optional[Callable[[], None]] = None,
-                 announce: Optional[bool] = None):
+                 announce: Optional[bool] = None, *, command: str = "train",
+                 ack: str = "stopping after the updates in flight (they are checkpointed); "
+                 "Ctrl-C again to quit now", raise_first: bool = False):
         self.requested, self.old, self.count = False, None, 0
-        self.message = message
+        self.message, self.command, self.ack = message, command, ack
+        self.raise_first = raise_first
         # the first Ctrl-C is acknowledged at once (a chunk or a compile can take minutes,
         # and a log or a harness reading a pipe must see it was received, as a terminal does)
         self.announce = True if announce is None else announce
-        self.on_force = on_force or (lambda: exit_interrupted(self.message()))
+        self.on_force = on_force or (lambda: exit_interrupted(self.message(), self.command))
 
     def __call__(self) -> bool:
         return self.requested
@@ -59,6 +67,8 @@ class SigintStops:
         """The Python-level handler: a no-op, so SIGINT raises nothing (the watcher counts)."""
 
     def _watch(self, fd: int) -> None:
+        # signals go to the main thread (its handler raises KeyboardInterrupt there)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         while True:
             try:
                 data = os.read(fd, 64)
@@ -72,8 +82,7 @@ class SigintStops:
                 self.count += 1
                 if self.count == 1:
                     if self.announce:  # before the flag: the stop line follows this one
-                        print("\nvccc train: stopping after the updates in flight (they "
-                              "are checkpointed); Ctrl-C again to quit now", file=sys.stderr,
+                        print(f"\nvccc {self.command}: {self.ack}", file=sys.stderr,
                               flush=True)
                     self.requested = True
                 else:
@@ -84,7 +93,8 @@ class SigintStops:
         if threading.current_thread() is threading.main_thread():
             self._r, self._w = os.pipe()
             os.set_blocking(self._w, False)
-            self.old = signal.signal(signal.SIGINT, self._handler)
+            self.old = signal.signal(signal.SIGINT, signal.default_int_handler
+                                     if self.raise_first else self._handler)
             self.old_fd = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
             self._thread = threading.Thread(target=self._watch, args=(self._r,), daemon=True,
                                             name="vccc-sigint")

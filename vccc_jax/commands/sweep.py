@@ -29,7 +29,6 @@ where the check does not need it.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -194,21 +193,28 @@ def _track(args, exp, ids: list, store: Path) -> None:
               file=sys.stderr)
 
 
+RESUME_LINE = "interrupted; finished cells are saved -- rerun the same command to resume."
+
+
 def _interruptible(body, cfg, args, exp, ids: list, store: Path) -> int:
+    from vccc_jax.commands.interrupt import SigintStops, exit_interrupted
+
     t0 = time.perf_counter()
+    # the first Ctrl-C is acknowledged at once, even mid-compile (it raises KeyboardInterrupt
+    # when the main thread runs Python again); a second one quits at once
+    acknowledged = SigintStops(lambda: RESUME_LINE, command="sweep", raise_first=True,
+                               ack="interrupting: finished cells are saved; stopping when the "
+                               "computation in flight returns (Ctrl-C again to quit now)")
     try:
-        rc = body(cfg, args, t0)
+        with acknowledged:
+            rc = body(cfg, args, t0)
         if args.track != "none":
             _track(args, exp, ids, store)
         return rc
     except KeyboardInterrupt:
         # The store is closed (every finished row is fsynced). Exit at once: interpreter
         # teardown after an XLA compile was interrupted can crash (seen: SIGSEGV at exit).
-        print("\nvccc sweep: interrupted; finished cells are saved -- rerun the same command "
-              "to resume.", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)
+        exit_interrupted(RESUME_LINE, "sweep")
 
 
 def _tabular(cfg: dict, args, t0: float) -> int:
