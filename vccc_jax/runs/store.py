@@ -231,10 +231,10 @@ def _valid_prefix(data: bytes) -> tuple[list[dict], int, list[int]]:
 
 def bad_lines_message(f: Path, bad: list[int]) -> str:
     """One line naming the file and its skipped line numbers (at most 5 shown)."""
+    s, are = ("s", "are") if len(bad) > 1 else ("", "is")
     shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
-    return (f"{f}: skipped {len(bad)} line{'s' if len(bad) > 1 else ''} that "
-            f"{'are' if len(bad) > 1 else 'is'} not a result row (line{'s' if len(bad) > 1 else ''}"
-            f" {shown}); the other rows are read, the file is left as it is")
+    return (f"{f}: skipped {len(bad)} line{s} that {are} not a result row (line{s} {shown}); "
+            "the other rows are read, the file is left as it is")
 
 
 def _read_file(f: Path) -> list[dict]:
