@@ -359,19 +359,25 @@ def _prepare(argv: list[str]):
     from vccc_jax.train.sharding import check_divisible
 
     check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
-    # every check passed: only now touch the file system (the run directory is locked
-    # until the run ends: a second vccc train there exits 3)
+    # every check passed: only now touch the file system. Process 0 (the writer) locks the
+    # run directory until the run ends: a second vccc train there exits 3
+    from vccc_jax.runs.distributed import is_main
+
+    held = None
     if out is None:
         out = run_dir.new_dir(Path("results") / "train", run_dir.run_name(fields))
-        held = run_dir.lock(out)
-    else:
+        held = run_dir.lock(out) if is_main() else None
+    elif is_main():
         held = run_dir.make(out, mode, fields)
+    else:  # the other processes of a multi-host run: the directory, as before (no lock)
+        out.mkdir(parents=True, exist_ok=True)
 
     def run() -> int:
         try:
             return _interruptible(_single, cfg, out, args, mode == run_dir.RESUME, command)
         finally:
-            os.close(held)
+            if held is not None:
+                os.close(held)
 
     return run
 
