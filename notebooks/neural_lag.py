@@ -13,7 +13,8 @@
 
 # %% [markdown]
 # # Neural actor-critic: lag curves with ground truth
-# Train grid stores (`vccc train --config experiments/train_lag_quick.toml --out results/train`):
+# Single runs (`vccc train --env CartPole-v1 ... --out results/train/NAME`, or no `--out`): each
+# run's curves. Train grid stores (`vccc train --config experiments/train_lag_quick.toml --out results/train`):
 # per env, return and critic error (Monte-Carlo V^pi; exact V^pi on tabular envs when stored)
 # against the mean lag. Statistics over seeds only: IQM with stratified bootstrap CIs, paired
 # per-seed differences against the uncorrected GAE critic, performance profiles across envs.
@@ -60,6 +61,27 @@ for store in stores:
             publish(fig_paired_differences(rows, env=env), out, f"{tag}_paired_return", gallery)
     if len(envs) > 1:
         publish(fig_performance_profile(rows), out, f"{store.stem}_profile", gallery)
+
+# %% [markdown]
+# ## Single runs: each run's curves
+# Run directories directly under `results/train/` (`vccc train` without `--config`; the
+# default `--out` is `results/train/<env>_..._<hash>_<time>`): behaviour and current-policy
+# return, critic error against the ground truth when the run evaluated it (`--gt-every`), ESS.
+
+# %%
+import json
+
+from vccc_jax.plotting.train import plot_learning_curves
+from vccc_jax.runs.train import read_csv
+
+runs = sorted(p.parent for p in (Path(results) / "train").glob("*/metrics.csv")
+              if (p.parent / "config.json").exists())
+print("single runs:", [r.name for r in runs] or "none")
+for run in runs:
+    c = json.loads((run / "config.json").read_text())["config"]
+    Path(out).mkdir(parents=True, exist_ok=True)
+    plot_learning_curves(read_csv(run / "metrics.csv"), Path(out) / f"train_run_{run.name}_curves.png",
+                         f"{c['env']}  lag {c['lag']}  critic {c['critic']}  ({c['num_seeds']} seeds)")
 
 # %% [markdown]
 # ## Regime grids: critic error over the whole run

@@ -63,6 +63,8 @@ def test_notebook_runs_on_tiny_results(path, kernel, tmp_path):
         png, pdf, small = out / f"{name}.png", out / f"{name}.pdf", gallery / f"{name}.png"
         assert png.read_bytes()[:4] == b"\x89PNG" and pdf.read_bytes()[:4] == b"%PDF", name
         assert small.stat().st_size < 200_000, f"gallery PNG {name} over 200 KB"
+    if path.stem == "neural_lag":  # a single run directory (results/train/readme_run, issue 30)
+        assert (out / "train_run_readme_run_curves.png").read_bytes()[:4] == b"\x89PNG"
     nb = nbformat.read(saved / f"{path.stem}.ipynb", as_version=4)  # what Jupyter opens
     nbformat.validate(nb)
     assert nb.metadata.kernelspec.name == "python3" and "jupytext" not in nb.metadata  # unpaired

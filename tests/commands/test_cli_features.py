@@ -138,3 +138,97 @@ def test_bench_commands_record_keeps_the_newest_good_row_and_fills_the_readme(tm
     assert "stale" not in out and "| 50 s | 25 s | 0.50 | 1.0-2.0 | 2026-12-01 |" in out
     with pytest.raises(ValueError, match="markers"):
         b.with_table("no markers", shown)
+
+
+def _with_bad_lines(src, dst):
+    """``src`` with two bad lines put in as lines 5 and 10 (text, then JSON that is no row)."""
+    lines = src.read_bytes().splitlines(keepends=True)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(b"".join(lines[:4] + [b"not json\n"] + lines[4:8] + [b"[1, 2]\n"]
+                             + lines[8:]))
+    return len(lines)
+
+
+def test_every_store_reader_skips_bad_lines_with_one_warning(tmp_path, capsys, monkeypatch):
+    """Issue 30 break 2: a garbage line in the middle of a store made every reader fail. Each
+    reader now reads every good row, prints ONE warning line naming the file and the line
+    numbers, and leaves the file as it is."""
+    from pathlib import Path
+
+    from vccc_jax import plotting
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    res = tmp_path / "res"
+    store = res / "async_ac_tiny.jsonl"
+    n = _with_bad_lines(data / "results" / "async_ac_tiny.jsonl", store)
+    smoke = res / "tabular_smoke.jsonl"
+    n_smoke = _with_bad_lines(data / "results" / "tabular_smoke.jsonl", smoke)
+    before = {p: p.read_bytes() for p in (store, smoke)}
+    drawn = []
+    monkeypatch.setattr(plotting, "make_figures", lambda rows, out: drawn.append(len(rows)) or [out])
+    base = ["sweep", "--config", str(data / "experiments" / "async_ac_tiny.toml"), "--results",
+            str(res), "--no-figures", "--no-progress"]
+    cases = [(base + ["--dry-run"], f"{n} cells, {n} already in", "out"),
+             (base + ["--export", "csv"], f"exported {n} rows", "err"),
+             (base, f"{n}/{n} cells in", "out"),
+             (["figures", "--store", str(smoke), "--out", str(tmp_path / "figs")],
+              f"{smoke}: 1 files", "out")]
+    for argv, says, where in cases:
+        capsys.readouterr()
+        assert cli.main(argv) == 0, argv
+        got = capsys.readouterr()
+        assert says in getattr(got, where), (argv, got)
+        warned = [line for line in got.err.splitlines() if "warning" in line]
+        path = smoke if argv[0] == "figures" else store
+        assert warned == [f"vccc {argv[0]}: warning: {path}: skipped 2 lines that are not a "
+                          "result row (lines 5, 10); the other rows are read, the file is left "
+                          "as it is"], got.err
+    assert drawn == [n_smoke]
+    assert {p: p.read_bytes() for p in (store, smoke)} == before  # nothing rewritten
+
+
+def test_figures_says_which_notebooks_drew_no_figure_and_why(tmp_path, capsys, monkeypatch):
+    """Issue 30: 4 of 9 notebooks drew nothing and ``make figures`` did not say which or why.
+    The kernel is faked: ``clipping`` writes one PNG, ``neural_lag`` prints that it found no
+    stores (as the real one does on an empty results directory)."""
+    import nbformat
+
+    from vccc_jax.commands import figures
+    from vccc_jax.runs import examples
+
+    out = tmp_path / "figs"
+
+    def fake_execute(stem, cwd, km=None, timeout=600):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("")
+        if stem == "clipping":
+            (out / "clip.png").write_bytes(b"\x89PNG")
+            text = "stores: ['tabular_default.jsonl']\n"
+        else:
+            text = "stores: none\nregime stores: none\n"
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+        nb.cells.append(cell)
+        return nb
+
+    class Kernel:
+        def shutdown_kernel(self, now=False):
+            pass
+
+    monkeypatch.setattr(examples, "write_examples", lambda results: None)
+    monkeypatch.setattr(figures, "load_notebook", lambda path, params: path.stem)
+    monkeypatch.setattr(figures, "execute", fake_execute)
+    monkeypatch.setattr(figures, "start_kernel", Kernel)
+    rc = cli.main(["figures", "--results", str(tmp_path), "--out", str(out), "--only",
+                   "clipping", "neural_lag"])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    assert lines[0].startswith("clipping.py: ran in ") and lines[0].endswith("s, 1 figures")
+    assert lines[1].startswith("neural_lag.py: ran in ") and lines[1].endswith(
+        "s, drew no figure (stores: none; regime stores: none)")
+    assert lines[2:] == [f"1 figures (PNG + PDF) in {out}",
+                         "1 of 2 notebooks drew no figure (results absent: the commands are in "
+                         "each notebook's first cell): neural_lag (stores: none; regime stores: "
+                         "none)"]
+    nb = fake_execute("bandit", tmp_path)  # nothing absent said: its last line is the reason
+    nb.cells[0].outputs[0]["text"] = "3 settings\nmax err 1e-9\n"
+    assert figures.why_no_figure(nb) == "its last output: max err 1e-9"

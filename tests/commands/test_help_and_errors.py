@@ -90,7 +90,7 @@ CASES = [
      "--results {file}/results: cannot create directory"),
     ("sweep", ["--config", "{toml}", "--results", "{tmp}", "--figures", "{file}/f"], SWEEP,
      "--figures {file}/f: cannot create directory"),
-    ("sweep", ["--config", "{toml}", "--track", "wandb"], SWEEP, "--track must be none"),
+    ("sweep", ["--config", "{toml}", "--track", "mlflow"], SWEEP, "--track must be none"),
     ("sweep", ["--config", "{toml}", "--export", "tsv"], SWEEP, "invalid choice: 'tsv'"),
     ("sweep", ["--config", "{toml}", "--dry-run", "--export", "csv"], SWEEP, "not allowed with"),
     ("sweep", ["--config", "{toml}", "--results", "{tmp}", "--export", "csv"], SWEEP,
@@ -102,7 +102,7 @@ CASES = [
     ("train", ["--critic", "clipped"], None, "clipped"),
     ("train", ["--seeds", "many"], None, "--seeds"),
     ("train", ["--config", "{tmp}/x.toml"], None, "not found"),
-    ("train", ["--track", "wandb"], None, "--track must be none"),
+    ("train", ["--track", "mlflow"], None, "--track must be none"),
     ("train", ["--dry-run"], None, "--dry-run sizes a grid"),
     ("train", ["--config", "{toml}"], _with(TRAIN, "base", num_envs="four"),
      "base.num_envs must be an integer, got 'four'"),
@@ -238,3 +238,17 @@ def test_every_command_help_works(name, capsys):
         rc = e.code
     assert rc in (0, None)
     assert "usage" in capsys.readouterr().out.lower()
+
+
+def test_readme_exit_table_lists_every_exit_status_the_commands_use():
+    """Issue 30: exit 3 (a store or run directory in use) was missing from the README."""
+    import re
+    from pathlib import Path
+
+    from vccc_jax.commands.common import EXIT_BAD_INPUT, EXIT_BUSY
+    from vccc_jax.commands.interrupt import EXIT_INTERRUPTED
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| *(\d+) *\| *(.+?) *\|$", readme, flags=re.M))
+    assert {"0", "1", str(EXIT_BAD_INPUT), str(EXIT_BUSY), str(EXIT_INTERRUPTED)} <= set(rows)
+    assert "busy" in rows[str(EXIT_BUSY)] and "bad input" in rows[str(EXIT_BAD_INPUT)]

@@ -3,6 +3,8 @@ overrides, summaries with t intervals, grids (resumable, tabulated) and the ship
 experiments."""
 
 import csv
+import dataclasses
+import importlib.util
 import json
 import subprocess
 import sys
@@ -67,10 +69,10 @@ def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys, monkey
     # --track tensorboard: the mean over seeds of each metric at each update
     events = read_events(next((out / "tensorboard").glob("events.*")))
     logged = {step: v for step, tag, v, plugin in events if tag == "return" and not plugin}
-    assert sorted(logged) == [0, 1, 2, 3]
+    assert sorted(logged) == [128, 256, 384, 512]  # global step = env steps (issue 30)
     for u in range(4):
         want = np.mean([float(r["return"]) for r in rows if int(r["update"]) == u])
-        np.testing.assert_allclose(logged[u], want, rtol=1e-6)
+        np.testing.assert_allclose(logged[128 * (u + 1)], want, rtol=1e-6)
     assert len(rows) == 4 * 2  # 4 updates x 2 seeds, one row each
     assert {r["seed"] for r in rows} == {"0", "1"}
     assert [int(r["env_steps"]) for r in rows[::2]] == [128, 256, 384, 512]
@@ -208,6 +210,54 @@ def test_grid_is_resumable_and_tabulated(tmp_path, monkeypatch, capsys):
     assert "4 cells, 4 already in" in capsys.readouterr().out
 
 
+def test_set_overrides_a_grid_base_in_dry_run(tmp_path, capsys):
+    """Issue 30 break 1: ``--set base.FIELD=V`` with a train grid (it crashed in ``_given``).
+    The store holds two cells of the overridden grid and one of the file's own: the dry run
+    must count exactly the two (it would count the one if the override were dropped)."""
+    from vccc_jax.runs.store import ResultStore, cell_id
+
+    toml = ROOT / "experiments" / "train_lag_quick.toml"
+    exp = schema.load(toml)
+    three = run_lib.cell_fields(exp, {"num_seeds": 3})
+    eight = run_lib.cell_fields(exp)
+    assert {f["num_seeds"] for f in three} == {3} and {f["num_seeds"] for f in eight} == {8}
+    with ResultStore(tmp_path / f"{exp.name}.jsonl") as store:
+        for cell in (three[0], three[5], eight[1]):
+            store.append({"id": cell_id(cell), "cell": cell, "metrics": {}, "meta": {}})
+    capsys.readouterr()
+    rc = cmd.main(["--config", str(toml), "--set", "base.num_seeds=3", "--out", str(tmp_path),
+                   "--dry-run"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert f"{len(three)} cells, 2 already in" in out.out and len(three) == 32
+
+
+def test_whole_updates_cover_99_percent_of_the_request():
+    """50 updates of 128 steps = 6400 env steps: 6464 asked is 99.0% (runs), 6465 is not."""
+    fields = {"num_envs": 4, "num_steps": 32}
+    run_lib.check_whole_updates(dict(fields, total_timesteps=6464))
+    with pytest.raises(schema.ConfigError, match="would run 6400: use 6400 or 6528"):
+        run_lib.check_whole_updates(dict(fields, total_timesteps=6465))
+    run_lib.check_whole_updates(run_lib.resolve_fields({}))  # the default 500000 / 512
+
+
+def test_every_train_flag_has_help_and_the_lag_syntax_matches_the_readme():
+    """Issue 30: most --help entries showed only "(default X)", and --help documented
+    trace:l0,l1,... where the README documented trace:@FILE."""
+    from vccc_jax.commands.train_help import FIELD_HELP
+
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert sorted(FIELD_HELP) == sorted(names)
+    entries = {a.dest: a.help for a in cmd.build_parser()._actions}
+    for name in names:
+        text = entries[name]
+        assert len(text.split("(default")[0].strip()) >= 10, (name, text)
+    text = cmd.build_parser(names=True).format_help()
+    readme = (ROOT / "README.md").read_text()
+    for form in ("trace:l0,l1,...", "trace:@FILE"):
+        assert form in text and form in readme, form
+
+
 def test_shipped_train_experiments_build_valid_configs():
     files = sorted((ROOT / "experiments").glob("train_*.toml"))
     assert len(files) >= 2
@@ -231,6 +281,7 @@ def dirs(tmp_path_factory):
     """Run directories and configs the bad-input table refers to by name."""
     d = tmp_path_factory.mktemp("bad")
     (d / "file").write_text("x")
+    (d / "foo.txt").write_text("3 1\nfoo\n")
     same = _fields(TINY)
     for name, cfg, ckpt in (("other", _fields(TINY[:-1] + ["--hidden", "8"]), True),
                             ("same", same, True), ("same_nockpt", same, False)):
@@ -279,9 +330,24 @@ BAD = [
     (["--out", "{d}/same", "--resume", "--overwrite"], "not allowed with argument", True),
     (["--checkpoint-every", "5x"], "a wall time like 90s", True),
     (["--keep", "0"], "--keep must be >= 1", True),
+    # issue 30: 1e3 steps ran one update silently; whole updates must cover 99% of the request
+    (["--timesteps", "1e3"], "total_timesteps 1000 is 7.81 updates of 128 env steps (num_envs 4 "
+     "x num_steps 32); a run does whole updates only, so it would run 896: use 896 or 1024",
+     True),
+    (["--timesteps", "100"], "it would run 0: use 128", True),
+    *([(["--track", "wandb"], "--track wandb: the wandb package is not installed (pip install "
+        "'vccc_jax[tracking]')", True)] if importlib.util.find_spec("wandb") is None else []),
     (["--lag", "geometic:8"], "lag", False),
     (["--critic", "nope"], "unknown critic 'nope'", False),
     (["--env", "Nope-v0"], "not a gymnax environment", False),
+    # issue 30: no raw Python in these messages, and a near-miss env name gets a suggestion
+    (["--env", "CartPol-v1"], "env 'CartPol-v1' is not a gymnax environment (did you mean "
+     "'CartPole-v1'? `vccc list envs` lists them)", False),
+    (["--lag", "trace:@{d}/missing.txt"], "lag 'trace:@{d}/missing.txt': cannot read the trace "
+     "file {d}/missing.txt (No such file or directory)", False),
+    (["--lag", "trace:@{d}/foo.txt"], "lag trace file {d}/foo.txt: 'foo' is not an integer lag",
+     False),
+    (["--lag", "trace:1,x"], "lag trace: 'x' is not an integer lag", False),
     (["--num-minibatches", "3"], "must divide", False),
 ]
 
@@ -314,6 +380,64 @@ def test_bad_input_is_reported_before_jax_is_imported(dirs):
     assert rcs == [2] * len(cases) and loaded == [], got.stderr
 
 
+def test_a_run_directory_in_use_is_refused_with_exit_3(tmp_path, capsys):
+    """Issue 30 break 3: two ``vccc train`` with the same ``--out`` both ran and mixed their
+    checkpoints. A run holds an exclusive flock on its directory; here the test holds it (as
+    a first run would), and the second run gets one line, exit 3, and writes nothing."""
+    import fcntl
+    import os
+
+    out = tmp_path / "run"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        rc = cmd.main(TINY + ["--out", str(out)])
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 3 and len(err) == 1, err
+    assert err[0] == (f"vccc train: --out {out}: another vccc train is running in this "
+                      "directory; wait for it to end, or choose another --out")
+    assert list(out.iterdir()) == []
+
+
+def test_an_empty_directory_that_cannot_be_written_is_refused_before_jax(tmp_path, capsys,
+                                                                         monkeypatch):
+    """Issue 30 break 4: an existing, empty, non-writable ``--out`` gave orbax's
+    PermissionError after the compile. Tests run as root, where chmod does not stop writes,
+    so the directory's permission bits are what ``os.access`` reports for it here."""
+    import os
+
+    out = tmp_path / "ro"
+    out.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: (
+        False if Path(p) == out and mode & os.W_OK else real(p, mode, *a, **k)))
+    built = []  # config_from builds the env (imports JAX): the refusal must come before it
+    monkeypatch.setattr(run_lib, "config_from", lambda *a, **k: built.append(a))
+    rc = cmd.main(TINY + ["--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [f"vccc train: --out {out} is not writable"], err
+    assert built == [] and list(out.iterdir()) == []
+
+
+def test_sweep_store_in_use_is_refused_with_exit_3(tmp_path, capsys):
+    """The same contract for ``vccc sweep`` (a second writer of its store file)."""
+    from vccc_jax.commands import sweep
+    from vccc_jax.runs.store import ResultStore
+
+    data = ROOT / "tests" / "data"
+    (tmp_path / "async_ac_tiny.jsonl").write_bytes(
+        (data / "results" / "async_ac_tiny.jsonl").read_bytes())
+    with ResultStore(tmp_path / "async_ac_tiny.jsonl"):
+        rc = sweep.main(["--config", str(data / "experiments" / "async_ac_tiny.toml"),
+                         "--results", str(tmp_path), "--no-figures", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 3 and len(err) == 1 and err[0].startswith("vccc sweep: another process is "
+                                                           "writing to "), err
+
+
 def test_gamma_is_taken_from_the_env_spec():
     assert run_lib.resolve_fields({"env": "token:V=32,H=8"})["gamma"] == 1.0
     assert run_lib.resolve_fields({"env": "token:V=32,H=8,gamma=0.9"})["gamma"] == 0.9
@@ -321,6 +445,49 @@ def test_gamma_is_taken_from_the_env_spec():
     assert run_lib.resolve_fields({"env": "CartPole-v1"})["gamma"] == TrainConfig().gamma
     fields = {"env": "CartPole-v1", "hidden": 8, "clip": 3}
     assert run_lib.config_from(fields).to_dict() == run_lib.resolve_fields(fields)
+
+
+def test_first_ctrl_c_is_acknowledged_at_once_on_a_pipe_too(capsys):
+    """Issue 30: with stderr not a terminal (a log, a harness) the first Ctrl-C was silent
+    until the compile in flight ended (~46 s seen). The watcher thread says so at once: here
+    while the main thread is still waiting, i.e. before the loop could have noticed."""
+    import os
+    import signal
+    import threading
+
+    assert not sys.stderr.isatty()  # capsys: a pipe, as in the report
+    with cmd._SigintStops() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(6000):  # safety net only (60 s): the watcher answers in microseconds
+            if stop():
+                break
+            threading.Event().wait(0.01)
+        err = capsys.readouterr().err
+    assert stop() and err.strip() == ("vccc train: stopping after the updates in flight (they "
+                                      "are checkpointed); Ctrl-C again to quit now")
+
+
+def test_sweep_acknowledges_the_first_ctrl_c_and_still_raises(capsys):
+    """``vccc sweep``'s mode (``raise_first``): the watcher says it at once and the main thread
+    gets KeyboardInterrupt when it next runs Python (the sweep then saves and exits 130)."""
+    import os
+    import signal
+    import threading
+
+    raised = False
+    with cmd._SigintStops(command="sweep", ack="interrupting", raise_first=True) as stop:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(6000):  # safety net only (60 s): interrupted at the next bytecode
+                threading.Event().wait(0.01)
+        except KeyboardInterrupt:
+            raised = True
+        for _ in range(6000):  # the watcher thread prints, then sets the flag
+            if stop():
+                break
+            threading.Event().wait(0.01)
+    assert raised and stop()
+    assert capsys.readouterr().err.strip() == "vccc sweep: interrupting"
 
 
 def test_second_ctrl_c_quits_even_while_the_main_thread_is_busy(capsys):

@@ -68,19 +68,35 @@ def test_partial_trailing_line_is_ignored_then_truncated(tmp_path):
     partial = (st.canonical_json(_row(2)) + "\n").encode()[:37]
     f.write_bytes(full + partial)
     assert [r["metrics"]["x"] for r in st.read_rows(path)] == [1.0]
-    with st.ResultStore(path) as s:
+    assert f.read_bytes() == full + partial  # a reader changes nothing
+    with pytest.warns(st.StoreWarning, match=r"s.jsonl: dropped a partial last line \(37 bytes"):
+        s = st.ResultStore(path).open()  # never silently: the repair is announced
+    try:
         assert len(s) == 1
         assert f.read_bytes() == full  # the partial tail was cut before appending
         s.append(_row(2))
+    finally:
+        s.close()
     assert [r["metrics"]["x"] for r in st.read_rows(path)] == [1.0, 2.0]
     assert f.read_bytes().count(b"\n") == 2
 
 
-def test_corrupt_complete_line_raises_naming_it(tmp_path):
+def test_bad_complete_lines_are_skipped_with_a_warning_naming_them(tmp_path):
+    """Issue 30: a line that is not a row (text, JSON that is no object with an id) is
+    skipped and named in one warning; the rows around it are read, the file is unchanged,
+    and a writer appends after it."""
     path = tmp_path / "s.jsonl"
-    path.write_bytes(b'{"id": "a", "cell": {}}\nnot json\n')
-    with pytest.raises(ValueError, match="s.jsonl line 2"):
-        st.read_rows(path)
+    data = (st.canonical_json(_row(1)) + "\nnot json\n[1, 2]\n{\"x\": 1}\n"
+            + st.canonical_json(_row(2)) + "\n").encode()
+    path.write_bytes(data)
+    with pytest.warns(st.StoreWarning, match=r"skipped 3 lines .* \(lines 2, 3, 4\)"):
+        assert [r["metrics"]["x"] for r in st.read_rows(path)] == [1.0, 2.0]
+    assert path.read_bytes() == data
+    with pytest.warns(st.StoreWarning, match="s.jsonl: skipped 3 lines"):
+        with st.ResultStore(path) as s:
+            assert len(s) == 2
+            s.append(_row(3))
+    assert path.read_bytes() == data + (st.canonical_json(_row(3)) + "\n").encode()
 
 
 def test_duplicate_ids_in_file_keep_first(tmp_path):

@@ -29,7 +29,7 @@ def test_tensorboard_scalars_and_cells_round_trip(tmp_path):
 def test_specs_and_the_null_tracker(tmp_path):
     assert tracking.parse_spec(None) == ("none", None)
     assert tracking.parse_spec("tensorboard:runs/x") == ("tensorboard", "runs/x")
-    for bad in ("wandb", "none:x", "tb"):
+    for bad in ("wandbx", "none:x", "tb"):
         with pytest.raises(ValueError, match="--track must be"):
             tracking.parse_spec(bad)
     with tracking.open_tracker("none", logdir=tmp_path / "tb") as t:
@@ -40,10 +40,74 @@ def test_specs_and_the_null_tracker(tmp_path):
 
 
 def test_log_rows_logs_the_mean_over_seeds_per_update(tmp_path):
-    rows = [{"update": u, "seed": s, "return": 10.0 * u + s, "gt_mse": float("nan") if s else u}
-            for u in (0, 1) for s in (0, 1, 2)]
+    rows = [{"update": u, "seed": s, "env_steps": 512 * (u + 1), "return": 10.0 * u + s,
+             "gt_mse": float("nan") if s else u} for u in (0, 1) for s in (0, 1, 2)]
     with tracking.open_tracker("tensorboard", logdir=tmp_path) as t:
         tracking.log_rows(t, rows)
     got = {(s, tag): v for s, tag, v, plugin in read_events(next(tmp_path.glob("events.*")))}
-    assert got == {(0, "return"): 1.0, (0, "gt_mse"): 0.0, (1, "return"): 11.0,
-                   (1, "gt_mse"): 1.0}  # NaN seeds left out; no "seed" or "update" tags
+    # the step is the env steps so far (issue 30: CleanRL / PureJaxRL's global_step)
+    assert got == {(512, "return"): 1.0, (512, "gt_mse"): 0.0, (1024, "return"): 11.0,
+                   (1024, "gt_mse"): 1.0}  # NaN seeds left out; no seed / update / step tags
+
+
+class _FakeWandb:
+    """The three calls of ``wandb`` the tracker makes (init, Run.log / finish, Table)."""
+
+    def __init__(self):
+        self.inits, self.logged, self.finished = [], [], 0
+        self.Table = lambda columns, data: ("table", columns, data)
+
+    def init(self, **kw):
+        self.inits.append(kw)
+        return self
+
+    def log(self, values, step=None):
+        self.logged.append((step, values))
+
+    def finish(self):
+        self.finished += 1
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    import importlib.util
+    import sys
+
+    fake, real = _FakeWandb(), importlib.util.find_spec
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "wandb" else real(name, *a))
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    return fake
+
+
+def test_wandb_runs_offline_by_default_and_steps_by_env_steps(tmp_path, fake_wandb,
+                                                              monkeypatch):
+    rows = [{"update": u, "seed": s, "env_steps": 128 * (u + 1), "return": 3.0 * u + 2 * s}
+            for u in (0, 1, 2) for s in (0, 1)]
+    assert tracking.parse_spec("wandb:proj") == ("wandb", "proj")
+    with tracking.open_tracker("wandb:proj", logdir=tmp_path / "wandb", config={"lr": 0.1}) as t:
+        tracking.log_rows(t, rows)
+        t.log_cell("c1", {"law": "fixed", "lag": 2, "clip": None}, {"err": 0.5, "x": "s"})
+    assert fake_wandb.inits == [{"project": "proj", "dir": str(tmp_path / "wandb"),
+                                 "config": {"lr": 0.1}, "mode": "offline"}]
+    want = [(128 * (u + 1), {"return": np.mean([3.0 * u + 2 * s for s in (0, 1)])})
+            for u in (0, 1, 2)]
+    assert fake_wandb.logged[:3] == want
+    assert fake_wandb.logged[3] == (None, {"cells": ("table", ["id", "law", "lag", "clip", "err"],
+                                                     [["c1", "fixed", 2, "None", 0.5]])})
+    assert fake_wandb.finished == 1
+    monkeypatch.setenv("WANDB_MODE", "online")  # the user's choice wins
+    tracking.open_tracker("wandb", logdir=tmp_path, config=None).close()
+    assert fake_wandb.inits[1]["mode"] == "online" and fake_wandb.inits[1]["project"] == "vccc_jax"
+
+
+def test_a_missing_tracker_package_is_one_line_naming_the_extra(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ValueError, match=r"^--track wandb: the wandb package is not installed "
+                       r"\(pip install 'vccc_jax\[tracking\]'\)$"):
+        tracking.parse_spec("wandb:proj")

@@ -208,7 +208,7 @@ def _kill_once(out: Path, ref, mode: str, rng: random.Random, delay: float) -> b
 
 def _sigint_once(out: Path, ref) -> int:
     """Start ``vccc train``, press Ctrl-C once after its first checkpoint: it must stop with
-    exit 130 and one line naming the update it checkpointed. Returns that update."""
+    exit 130, one line acknowledging it and one naming the update it checkpointed. Returns that update."""
     proc = _start(out, [], ref["cache"])
     try:
         assert _wait(lambda: bool(checkpoint_steps(out)), proc), proc.stderr.read()
@@ -220,8 +220,10 @@ def _sigint_once(out: Path, ref) -> int:
             proc.wait(timeout=60)
     assert proc.returncode == 130, err
     ours = [line for line in err.splitlines() if line.startswith("vccc train:")]
-    assert len(ours) == 1 and "Traceback" not in err, err
-    update = int(ours[0].split("after update ")[1].split()[0])
+    # the acknowledgement at once (issue 30), then the line naming the checkpointed update
+    assert len(ours) == 2 and "Traceback" not in err, err
+    assert ours[0].startswith("vccc train: stopping after the updates in flight"), err
+    update = int(ours[1].split("after update ")[1].split()[0])
     assert 1 <= update < TOTAL and checkpoint_steps(out)[-1] == update, (err, checkpoint_steps(out))
     _same(out, ref, update)
     return update

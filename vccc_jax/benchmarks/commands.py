@@ -71,7 +71,7 @@ ROWS = (
     Row("async-mc", "start", ("async-mc",), "Sec 3.4 switching-policy demo"),
     Row("train-readme", "start", ("train", "--env", "CartPole-v1", "--lag", "geometric:8",
                                   "--critic", "vccc", "--actor", "centered-mask", "--seeds", "8",
-                                  "--out", "{tmp}/train", "--quiet"),
+                                  "--out", "{tmp}/results/train/readme", "--quiet"),
         "one neural run: 8 seeds x 5e5 env steps, Monte-Carlo ground truth 10 times, curves.png"),
     Row("brace-tabular", "comparators", ("sweep", "--config", "experiments/brace_tabular.toml",
                                          "--results", "{tmp}/results", "--no-figures",

@@ -5,14 +5,17 @@ compute."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import statistics
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, NoReturn, Optional, Sequence
 
 EXIT_BAD_INPUT = 2
+EXIT_BUSY = 3  # a result store or run directory that another process is writing
 # Errors that mean "the input is wrong": configs, flags, names, files.
 BAD_INPUT = (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError,
              NotADirectoryError, PermissionError)
@@ -37,7 +40,9 @@ def fail(command: str, message: str) -> int:
 
 
 def guarded(command: str) -> Callable:
-    """Decorate ``main(argv)``: bad input -> one line on stderr and exit status 2.
+    """Decorate ``main(argv)``: bad input -> one line on stderr and exit status 2; a store or
+    run directory that another process holds (``runs.store.StoreLockedError``) -> one line
+    and exit status 3.
 
     ``main`` validates its input and returns either an exit status or a thunk that does the
     work: only the validation phase is guarded, so a bug inside a run still shows its
@@ -47,20 +52,54 @@ def guarded(command: str) -> Callable:
     def wrap(main: Callable[[Optional[Sequence[str]]], int]):
         @functools.wraps(main)
         def run(argv: Optional[Sequence[str]] = None) -> int:
-            try:
-                result = main(None if argv is None else list(argv))
-            except UsageError as e:
-                return fail(command, e)
-            except BAD_INPUT as e:
-                msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-                return fail(command, msg)
-            if callable(result):
-                result = result()
-            return int(result or 0)
+            from vccc_jax.runs.store import StoreLockedError
+
+            with one_line_warnings(command):
+                try:
+                    result = main(None if argv is None else list(argv))
+                    if not callable(result):
+                        return int(result or 0)
+                except UsageError as e:
+                    return fail(command, e)
+                except BAD_INPUT as e:
+                    msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+                    return fail(command, msg)
+                except StoreLockedError as e:  # validation took a lock another run holds
+                    fail(command, e)
+                    return EXIT_BUSY
+                try:
+                    return int(result() or 0)
+                except StoreLockedError as e:  # a store or run directory another run holds
+                    fail(command, e)
+                    return EXIT_BUSY
 
         return run
 
     return wrap
+
+
+@contextlib.contextmanager
+def one_line_warnings(command: str):
+    """Within the block, a ``runs.store.StoreWarning`` (skipped bad lines, a dropped partial
+    line) is printed once, as ``vccc <command>: warning: <what>`` on stderr; other warnings
+    as Python shows them."""
+    from vccc_jax.runs.store import StoreWarning
+
+    seen: set[str] = set()
+    with warnings.catch_warnings():
+        default = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not issubclass(category, StoreWarning):
+                return default(message, category, filename, lineno, file, line)
+            text = " ".join(str(message).split())
+            if text not in seen:
+                seen.add(text)
+                print(f"vccc {command}: warning: {text}", file=sys.stderr, flush=True)
+
+        warnings.simplefilter("always", StoreWarning)
+        warnings.showwarning = show
+        yield
 
 
 def check_output_dir(path: str | os.PathLike, flag: str) -> Path:

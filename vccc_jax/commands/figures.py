@@ -93,14 +93,33 @@ def start_kernel():
     return km
 
 
+def why_no_figure(nb) -> str:
+    """Why an executed notebook drew nothing, in its own words: the lines it printed that
+    say what is absent ("stores: none", "missing"), else its last printed line."""
+    lines = [line.strip() for cell in nb.cells if cell.get("cell_type") == "code"
+             for o in cell.get("outputs", []) if o.get("output_type") == "stream"
+             and o.get("name") == "stdout" for line in o.get("text", "").splitlines()
+             if line.strip()]
+    absent = [line for line in lines if "none" in line or "missing" in line]
+    if absent:
+        return "; ".join(absent)
+    return f"its last output: {lines[-1]}" if lines else "it printed nothing"
+
+
+def _pngs(out: Path) -> dict:
+    return {p: p.stat().st_mtime_ns for p in Path(out).glob("*.png")}
+
+
 def run_notebooks(results: Path, out: Path, gallery: Optional[Path] = None,
                   names: Optional[list[str]] = None, timeout: int = 600, km=None,
                   write_examples: bool = True, log=print, ipynb: Optional[Path] = None,
                   cwd: Path = ROOT) -> dict:
     """Store the exact examples (unless present), then execute each notebook in ``cwd`` with
     ``results`` / ``out`` / ``gallery`` (absolute paths), saving it executed as
-    ``<ipynb>/<name>.ipynb`` when ``ipynb`` is given. Returns {stem: seconds}; a failing
-    notebook raises (nbclient's CellExecutionError names the cell)."""
+    ``<ipynb>/<name>.ipynb`` when ``ipynb`` is given; ``log`` gets one line per notebook:
+    its time and the PNGs it wrote, or that it drew no figure and why (:func:`why_no_figure`).
+    Returns {stem: {"seconds", "figures" (PNGs written), "why" (why none: "" when some)}}. A
+    failing notebook raises (nbclient's CellExecutionError names the cell)."""
     results, out = results.resolve(), out.resolve()
     if write_examples:
         from vccc_jax.runs.examples import write_examples as store_examples
@@ -110,19 +129,23 @@ def run_notebooks(results: Path, out: Path, gallery: Optional[Path] = None,
               "gallery": str(gallery.resolve()) if gallery else ""}
     own = km is None
     km = start_kernel() if own else km
-    times = {}
+    report = {}
     try:
         for path in notebooks(names):
-            t0 = time.time()
+            t0, before = time.time(), _pngs(out)
             nb = execute(load_notebook(path, params), Path(cwd), km=km, timeout=timeout)
-            times[path.stem] = time.time() - t0
+            seconds = time.time() - t0
             if ipynb is not None:
                 save_notebook(nb, Path(ipynb) / f"{path.stem}.ipynb", reused_kernel=km is not None)
-            log(f"{path.name}: ran in {times[path.stem]:.1f}s")
+            drawn = sum(before.get(p) != t for p, t in _pngs(out).items())
+            why = "" if drawn else why_no_figure(nb)
+            report[path.stem] = {"seconds": seconds, "figures": drawn, "why": why}
+            log(f"{path.name}: ran in {seconds:.1f}s, "
+                + (f"{drawn} figures" if drawn else f"drew no figure ({why})"))
     finally:
         if own:
             km.shutdown_kernel(now=True)
-    return times
+    return report
 
 
 def build_parser() -> Parser:
@@ -172,11 +195,17 @@ def main(argv: Optional[list[str]] = None):
         output_dir(args.gallery, "--gallery")
 
     def draw() -> int:
-        run_notebooks(results, Path(args.out), Path(args.gallery) if args.gallery else None,
-                      [p.stem for p in names], timeout=args.timeout,
-                      ipynb=Path(args.ipynb) if args.ipynb else None)
+        report = run_notebooks(results, Path(args.out),
+                               Path(args.gallery) if args.gallery else None,
+                               [p.stem for p in names], timeout=args.timeout,
+                               ipynb=Path(args.ipynb) if args.ipynb else None)
         written = sorted(Path(args.out).glob("*.png"))
         print(f"{len(written)} figures (PNG + PDF) in {args.out}", file=sys.stdout)
+        empty = {name: r["why"] for name, r in report.items() if not r["figures"]}
+        if empty:
+            print(f"{len(empty)} of {len(report)} notebooks drew no figure (results absent: the "
+                  "commands are in each notebook's first cell): " + ", ".join(
+                      f"{name} ({why})" for name, why in empty.items()), file=sys.stdout)
         return 0 if written else 1
 
     return draw

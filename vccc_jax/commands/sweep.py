@@ -29,7 +29,6 @@ where the check does not need it.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -64,7 +63,9 @@ def build_parser() -> Parser:
     p.add_argument("--no-progress", action="store_true", help="no progress output at all")
     p.add_argument("--track", default="none", metavar="SPEC",
                    help="experiment tracking: none (default), tensorboard (event files in "
-                   "<results>/tensorboard/<name>) or tensorboard:DIR")
+                   "<results>/tensorboard/<name>), tensorboard:DIR, or wandb[:PROJECT] (a "
+                   "W&B run in <results>/wandb/<name>, offline unless WANDB_MODE is set); "
+                   "pip install 'vccc_jax[tracking]'")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--dry-run", action="store_true",
                       help="print the grid size, the cells already stored and an ETA; compute "
@@ -176,11 +177,11 @@ def _track(args, exp, ids: list, store: Path) -> None:
     """Every stored cell of this grid into the tracker (TensorBoard HParams: one row each)."""
     from vccc_jax.runs.export import flatten
     from vccc_jax.runs.store import rows_by_id
-    from vccc_jax.runs.tracking import open_tracker
+    from vccc_jax.runs.tracking import open_tracker, parse_spec
 
     by_id = rows_by_id(store)
     rows = [by_id[i] for i in ids if i in by_id]
-    logdir = Path(args.results) / "tensorboard" / exp.name
+    logdir = Path(args.results) / parse_spec(args.track)[0] / exp.name
     with open_tracker(args.track, logdir=logdir, config={"name": exp.name, "kind": exp.kind,
                                                           "config": exp.path}) as tracker:
         for i, row in enumerate(rows):
@@ -192,26 +193,28 @@ def _track(args, exp, ids: list, store: Path) -> None:
               file=sys.stderr)
 
 
+RESUME_LINE = "interrupted; finished cells are saved -- rerun the same command to resume."
+
+
 def _interruptible(body, cfg, args, exp, ids: list, store: Path) -> int:
-    from vccc_jax.runs.store import StoreLockedError
+    from vccc_jax.commands.interrupt import SigintStops, exit_interrupted
 
     t0 = time.perf_counter()
+    # the first Ctrl-C is acknowledged at once, even mid-compile (it raises KeyboardInterrupt
+    # when the main thread runs Python again); a second one quits at once
+    acknowledged = SigintStops(lambda: RESUME_LINE, command="sweep", raise_first=True,
+                               ack="interrupting: finished cells are saved; stopping when the "
+                               "computation in flight returns (Ctrl-C again to quit now)")
     try:
-        rc = body(cfg, args, t0)
+        with acknowledged:
+            rc = body(cfg, args, t0)
         if args.track != "none":
             _track(args, exp, ids, store)
         return rc
     except KeyboardInterrupt:
         # The store is closed (every finished row is fsynced). Exit at once: interpreter
         # teardown after an XLA compile was interrupted can crash (seen: SIGSEGV at exit).
-        print("\nvccc sweep: interrupted; finished cells are saved -- rerun the same command "
-              "to resume.", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)
-    except StoreLockedError as e:
-        fail("sweep", e)
-        return 3
+        exit_interrupted(RESUME_LINE, "sweep")
 
 
 def _tabular(cfg: dict, args, t0: float) -> int:

@@ -40,8 +40,9 @@ Run directories (``runs.run_dir``): the default ``results/train/<env>_..._<hash>
 new for every run; an ``--out`` holding another run is refused unless ``--resume`` (the same
 config, from its latest checkpoint) or ``--overwrite``. Checkpoints are written every
 ``--checkpoint-every`` (default 5 minutes of wall time), at the end, and on Ctrl-C: the
-first Ctrl-C finishes the jitted chunk in flight, checkpoints it and exits 130 with one line;
-a second one stops at once (the last checkpoint is kept). Bad input is reported (one line,
+first Ctrl-C is acknowledged at once (one line, even mid-compile), finishes the jitted chunk
+in flight, checkpoints it and exits 130 with one more line; a second one stops at once (the
+last checkpoint is kept). Bad input is reported (one line,
 exit 2) before JAX is imported where it can be checked in pure Python.
 """
 
@@ -51,16 +52,18 @@ import argparse
 import dataclasses
 import os
 import re
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from vccc_jax.commands.common import Parser, dry_run, guarded
+from vccc_jax.commands.interrupt import EXIT_INTERRUPTED
+from vccc_jax.commands.interrupt import SigintStops as _SigintStops
+from vccc_jax.commands.interrupt import exit_interrupted as _exit_interrupted
+from vccc_jax.commands.interrupt import interruptible as _interruptible
 from vccc_jax.commands.shards import add_shard_flags, scaled
+from vccc_jax.commands.train_help import FIELD_HELP
 
-EXIT_INTERRUPTED = 130
 # Wall time between periodic checkpoints by default: a SIGKILL (OOM, preemption) loses at
 # most this much (plus the chunk in flight). A save of the default CartPole run (976
 # updates) costs 0.2 CPU-s with 1 seed and 0.4 with 8 (state + every metric row so far):
@@ -172,7 +175,7 @@ def _description(names: bool) -> str:
             f"({', '.join(ENVS)}), tabular:KEY=VALUE,... and token:KEY=VALUE,... envs. "
             f"Critics: {', '.join(sorted(CRITIC_TARGETS))}. Actors: "
             "[centered-]ratio|truncate|mask. Lags: fixed:L uniform:M geometric:m zipf:a "
-            "trace:l0,l1,...")
+            "trace:l0,l1,... trace:@FILE")
 
 
 def build_parser(names: bool = False) -> Parser:
@@ -216,16 +219,18 @@ def build_parser(names: bool = False) -> Parser:
                    help="with a --config grid: print the grid size, the cells already stored "
                    "and an ETA; compute nothing")
     p.add_argument("--track", default="none", metavar="SPEC",
-                   help="experiment tracking of one run: none (default), tensorboard (event "
-                   "files in <out>/tensorboard: the mean over seeds of every metric per update) "
-                   "or tensorboard:DIR")
+                   help="experiment tracking of one run: the mean over seeds of every "
+                   "metric per update, stepped by env steps. none (default), tensorboard "
+                   "(event files in <out>/tensorboard), tensorboard:DIR, or wandb[:PROJECT] "
+                   "(a W&B run in <out>/wandb, offline unless WANDB_MODE is set); pip install "
+                   "'vccc_jax[tracking]'")
     add_critic_free_flags(p)
     add_shard_flags(p)
     for f in dataclasses.fields(TrainConfig):
         default = f.default
         flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
         p.add_argument(*flags, dest=f.name, default=None, type=_field_type(default),
-                       help=f"(default {default})")
+                       help=f"{FIELD_HELP.get(f.name, '')} (default {default})".lstrip())
     from vccc_jax.runs.train import GT_POINTS
 
     gt = next(a for a in p._actions if a.dest == "gt_every")
@@ -250,10 +255,15 @@ def add_critic_free_flags(p) -> None:
 
 def _given(p, argv, args) -> dict:
     """dest -> value of the flags on the command line (argparse sets a default only where
-    the namespace lacks the attribute, so unset flags keep a sentinel)."""
+    the namespace lacks the attribute, so unset flags keep a sentinel; an ``append`` flag
+    starts from an empty list and counts as given when it collected a value)."""
     unset = object()
-    again = p.parse_args(argv, namespace=argparse.Namespace(**{k: unset for k in vars(args)}))
-    return {k: v for k, v in vars(again).items() if v is not unset}
+    # list-valued flags (--set: action "append") need a list to append to: given if non-empty
+    lists = {k for k, v in vars(args).items() if isinstance(v, list)}
+    again = p.parse_args(argv, namespace=argparse.Namespace(
+        **{k: [] if k in lists else unset for k in vars(args)}))
+    return {k: v for k, v in vars(again).items()
+            if v is not unset and not (k in lists and v == [])}
 
 
 def _overrides(args) -> dict:
@@ -317,6 +327,8 @@ def _prepare(argv: list[str]):
             raise ValueError("--resume / --overwrite are for one run; a grid resumes by itself "
                              "(rerun the same command)")
         fields = runs_train.cell_fields(exp, overrides)  # pure Python checks first
+        for f in fields:
+            runs_train.check_whole_updates(f, exp.path)
         out = Path(args.out) if args.out else Path("results") / "train"
         if args.dry_run:
             from vccc_jax.runs.store import cell_id
@@ -343,6 +355,7 @@ def _prepare(argv: list[str]):
                                        where)
     if exp is None:
         fields = runs_train.with_ground_truth(fields, overrides)
+    runs_train.check_whole_updates(fields, where)
     if args.out is not None:
         out = Path(args.out)
         mode = run_dir.prepare(out, fields, resume=args.resume, overwrite=args.overwrite)
@@ -358,99 +371,27 @@ def _prepare(argv: list[str]):
     from vccc_jax.train.sharding import check_divisible
 
     check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
-    # every check passed: only now touch the file system
+    # every check passed: only now touch the file system. Process 0 (the writer) locks the
+    # run directory until the run ends: a second vccc train there exits 3
+    from vccc_jax.runs.distributed import is_main
+
+    held = None
     if out is None:
         out = run_dir.new_dir(Path("results") / "train", run_dir.run_name(fields))
-    else:
-        run_dir.make(out, mode)
-    return lambda: _interruptible(_single, cfg, out, args, mode == run_dir.RESUME, command)
+        held = run_dir.lock(out) if is_main() else None
+    elif is_main():
+        held = run_dir.make(out, mode, fields)
+    else:  # the other processes of a multi-host run: the directory, as before (no lock)
+        out.mkdir(parents=True, exist_ok=True)
 
+    def run() -> int:
+        try:
+            return _interruptible(_single, cfg, out, args, mode == run_dir.RESUME, command)
+        finally:
+            if held is not None:
+                os.close(held)
 
-def _exit_interrupted(message: str):
-    """One line on stderr and exit 130 at once, as ``vccc sweep`` does: interpreter teardown
-    after an interrupted XLA compile can crash. Pending saves were waited for already."""
-    print(f"\nvccc train: {message}", file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(EXIT_INTERRUPTED)
-
-
-def _interruptible(body, *args_) -> int:
-    """Run ``body``; a Ctrl-C that reaches here (outside the training loop, or a second one
-    in a grid) prints one line and exits 130. ``runs.train.run_one`` has waited for its
-    pending saves by then (its ``finally``)."""
-    try:
-        return body(*args_)
-    except KeyboardInterrupt as e:
-        _exit_interrupted(str(e) or "interrupted")
-
-
-class _SigintStops:
-    """While active, the first Ctrl-C (SIGINT) sets a flag (``stop()`` is True; at a terminal it
-    says so at once); the training loop checkpoints after the chunk in flight and stops. A
-    second Ctrl-C quits at once: ``on_force()`` (default: exit 130 with ``message()``), even while the main
-    thread is inside a compile or a jitted call, where Python signal handlers cannot run: a
-    watcher thread reads the signal from ``signal.set_wakeup_fd``, which the C-level handler
-    writes as the signal arrives. Quitting between saves is safe: a save is a rename of a
-    finished temporary directory (kill -9 at random times is tested to resume bitwise).
-    Outside the main thread it does nothing (signals go there)."""
-
-    def __init__(self, message: Callable[[], str] = lambda: "interrupted",
-                 on_force: Optional[Callable[[], None]] = None,
-                 announce: Optional[bool] = None):
-        self.requested, self.old, self.count = False, None, 0
-        self.message = message
-        # at a terminal the first Ctrl-C is acknowledged at once (a chunk or compile can take
-        # minutes); piped stderr keeps the one-line contract
-        self.announce = sys.stderr.isatty() if announce is None else announce
-        self.on_force = on_force or (lambda: _exit_interrupted(self.message()))
-
-    def __call__(self) -> bool:
-        return self.requested
-
-    def _handler(self, signum, frame):
-        """The Python-level handler: a no-op, so SIGINT raises nothing (the watcher counts)."""
-
-    def _watch(self, fd: int) -> None:
-        while True:
-            try:
-                data = os.read(fd, 64)
-            except OSError:
-                return
-            if not data:  # the write end was closed by __exit__
-                return
-            for signum in data:
-                if signum != signal.SIGINT:
-                    continue
-                self.count += 1
-                if self.count == 1:
-                    self.requested = True
-                    if self.announce:
-                        print("\nvccc train: stopping after the updates in flight (they "
-                              "are checkpointed); Ctrl-C again to quit now", file=sys.stderr,
-                              flush=True)
-                else:
-                    self.on_force()
-                    return
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._r, self._w = os.pipe()
-            os.set_blocking(self._w, False)
-            self.old = signal.signal(signal.SIGINT, self._handler)
-            self.old_fd = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
-            self._thread = threading.Thread(target=self._watch, args=(self._r,), daemon=True,
-                                            name="vccc-sigint")
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.old is not None:
-            signal.set_wakeup_fd(self.old_fd)
-            signal.signal(signal.SIGINT, self.old)
-            os.close(self._w)  # the watcher reads EOF and ends
-            self._thread.join()
-            os.close(self._r)
+    return run
 
 
 def _stopped(out: Path, e) -> str:

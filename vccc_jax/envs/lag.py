@@ -100,11 +100,23 @@ class LagLaw:
         kind, _, arg = text.partition(":")
         kind = kind.strip().lower()
         if kind == "trace":
+            where = "lag trace"
             if arg.startswith("@"):
-                with open(arg[1:]) as f:
-                    arg = f.read()
-            values = tuple(int(v) for v in arg.replace(",", " ").split())
-            return cls("trace", 0.0, values)
+                where = f"lag trace file {arg[1:]}"
+                try:
+                    with open(arg[1:]) as f:
+                        arg = f.read()
+                except OSError as e:
+                    raise ValueError(f"lag {text!r}: cannot read the trace file {arg[1:]} "
+                                     f"({e.strerror or e})") from None
+            values = []
+            for v in arg.replace(",", " ").split():
+                try:
+                    values.append(int(v))
+                except ValueError:
+                    raise ValueError(f"{where}: {v[:20]!r} is not an integer lag (a trace is "
+                                     "integers separated by commas or whitespace)") from None
+            return cls("trace", 0.0, tuple(values))
         try:
             value = float(arg)
         except ValueError:

@@ -72,6 +72,12 @@ def make_env(name: str):
                              "UmbrellaChain-bsuite:DISTRACTORS take a parameter")
     try:
         env, params = gymnax.make(base, **kwargs)
-    except ValueError as err:
-        raise ValueError(f"env {name!r} is not a gymnax environment ({err})") from None
+    except ValueError:
+        import difflib
+
+        known = list(dict.fromkeys([*ENVS, *gymnax.registered_envs]))
+        close = difflib.get_close_matches(base, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"env {name!r} is not a gymnax environment ({hint}`vccc list envs` "
+                         "lists them)") from None
     return env, params

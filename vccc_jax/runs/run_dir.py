@@ -2,7 +2,7 @@
 
 A ``vccc train`` run directory (``runs.train.run_one``) holds ``RUN_FILES``: config.json
 (written first), metrics.csv, summary.json, curves.png, checkpoint/ (orbax steps) and
-tensorboard/ (``--track``). Before any compute, :func:`prepare` decides what a command may
+tensorboard/ or wandb/ (``--track``). Before any compute, :func:`prepare` decides what a command may
 do with ``--out``:
 
 * a new or empty directory: start;
@@ -13,7 +13,9 @@ do with ``--out``:
   the run's own files is ever deleted.
 
 :func:`prepare` only looks; :func:`make` (called once every other check has passed) creates
-the directory or empties it for ``overwrite``.
+the directory, locks it for the run (:func:`lock`: a second ``vccc train`` on the same
+directory is refused, exit 3, as ``vccc sweep`` refuses a second writer of its store), checks
+it again under the lock and empties it for ``overwrite``.
 
 :func:`run_name` is the default directory name: readable fields, the config hash and the
 start time (as CleanRL's run names), so two runs never share a default directory.
@@ -29,9 +31,10 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from vccc_jax.runs.store import cell_id
+from vccc_jax.runs.store import cell_id, lock_exclusive
 
-RUN_FILES = ("config.json", "metrics.csv", "summary.json", "curves.png", "checkpoint", "tensorboard")
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "curves.png", "checkpoint", "tensorboard",
+             "wandb")
 START, RESUME, OVERWRITE = "start", "resume", "overwrite"
 
 
@@ -109,12 +112,12 @@ def prepare(out: Path, config: dict, *, resume: bool = False, overwrite: bool = 
         raise ValueError(f"--out {out} is a file, not a directory")
     if not out.exists():
         _creatable(out)
+    elif not os.access(out, os.W_OK | os.X_OK):  # empty or not: before any compute
+        raise ValueError(f"--out {out} is not writable")
     if not out.exists() or not any(out.iterdir()):
         if resume:
             raise ValueError(f"--resume: {out} holds no run to resume (no checkpoint)")
         return START
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out} is not writable")
     foreign = sorted(p.name for p in out.iterdir()
                      if p.name not in RUN_FILES and not p.name.endswith(".tmp"))
     if foreign:
@@ -142,10 +145,36 @@ def prepare(out: Path, config: dict, *, resume: bool = False, overwrite: bool = 
                      "--overwrite starts it over")
 
 
-def make(out: Path, mode: str) -> Path:
-    """Create ``out`` (START), keep it (RESUME) or empty it of the run's files (OVERWRITE:
-    :func:`prepare` checked that nothing else is there). ValueError if it cannot be made."""
+def lock(out: Path) -> int:
+    """Hold the run directory ``out`` for this process (an exclusive ``flock`` on the
+    directory itself, as ``vccc sweep`` locks its store file: ``runs.store.lock_exclusive``);
+    returns the descriptor to close when the run ends (the process's end releases it too).
+    StoreLockedError if another process holds it."""
+    return lock_exclusive(os.open(out, os.O_RDONLY | os.O_DIRECTORY),
+                          f"--out {out}: another vccc train is running in this directory; "
+                          "wait for it to end, or choose another --out")
+
+
+def make(out: Path, mode: str, config: dict) -> int:
+    """Create ``out`` and lock it (:func:`lock`), check it again under the lock (another run
+    may have started there since :func:`prepare` looked: ValueError as :func:`prepare`), then
+    keep it (START, RESUME) or empty it of the run's files (OVERWRITE: nothing else is
+    there). Returns the lock's descriptor. ValueError if it cannot be made."""
     out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--out {out} cannot be created: {e.strerror or e}") from None
+    fd = lock(out)
+    try:
+        again = prepare(out, config, resume=mode == RESUME, overwrite=mode == OVERWRITE)
+    except ValueError:
+        os.close(fd)
+        raise
+    if again != mode and not (mode == OVERWRITE and again == START):
+        os.close(fd)
+        raise ValueError(f"--out {out} changed while this run was being checked (now: "
+                         f"{again}); run the command again")
     if mode == OVERWRITE:
         for path in out.iterdir():
             if path.name in RUN_FILES or path.name.endswith(".tmp"):
@@ -153,8 +182,4 @@ def make(out: Path, mode: str) -> Path:
                     shutil.rmtree(path)
                 else:
                     path.unlink()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--out {out} cannot be created: {e.strerror or e}") from None
-    return out
+    return fd

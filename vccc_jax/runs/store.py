@@ -15,8 +15,12 @@ Guarantees (what ``vccc sweep`` relies on to resume after Ctrl-C or SIGKILL):
 * **Atomic rows.** A row is serialised first and then appended with a single
   ``os.write`` of one complete line (``O_APPEND``), followed by ``fsync``. A kill can only
   leave a *prefix* of the last line (without its trailing newline); :meth:`ResultStore.open`
-  truncates such a partial tail of its own file before anything new is appended, and
-  :func:`read_rows` ignores it. Complete lines are never rewritten.
+  truncates such a partial tail of its own file before anything new is appended (with a
+  :class:`StoreWarning` naming the file and the bytes dropped: a store is never changed
+  silently), and :func:`read_rows` ignores it. Complete lines are never rewritten.
+* **Bad lines are skipped, not fatal.** A complete line that is not a JSON row (outside
+  edits, disk corruption) is skipped by every reader, with one :class:`StoreWarning` per
+  file naming its line numbers; the file is left as it is.
 * **Keyed by content.** Every row carries ``id = cell_id(cell)``, a stable hash of the
   cell's full configuration (canonical JSON, sorted keys). A rerun skips every id already
   present in any file of the store; a changed config gives new ids, so stale results are
@@ -45,6 +49,7 @@ import math
 import os
 import re
 import signal
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple
 
@@ -194,27 +199,49 @@ def find_stores(results_dir: str | os.PathLike, pattern: str = "*") -> list[Path
 # ------------------------------------------------------------------------------ reading
 
 
-def _valid_prefix(data: bytes, where: str = "result store") -> tuple[list[dict], int]:
-    """Parse complete lines; return (rows, byte length of the complete-line prefix).
+class StoreWarning(UserWarning):
+    """A store file was read around lines that are not result rows (skipped), or a writer
+    dropped the partial last line a killed writer left. Commands print it as one line."""
+
+
+def _valid_prefix(data: bytes) -> tuple[list[dict], int, list[int]]:
+    """Parse complete lines; return (rows, byte length of the complete-line prefix, numbers
+    of the complete lines that are not a result row).
 
     The final segment without a trailing newline is a partial write and is ignored. A
-    complete line that is not valid JSON can only come from outside tampering or disk
-    corruption: it raises, naming the file and line.
+    complete line that is not a JSON object with an ``id`` can only come from outside
+    tampering or disk corruption: it is skipped (and counted), the rest is read.
     """
     rows: list[dict] = []
+    bad: list[int] = []
     end = data.rfind(b"\n") + 1  # 0 when there is no complete line
     for lineno, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where} line {lineno} is not valid JSON: {e}") from e
-    return rows, end
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            row = None
+        if isinstance(row, dict) and "id" in row:
+            rows.append(row)
+        else:
+            bad.append(lineno)
+    return rows, end, bad
+
+
+def bad_lines_message(f: Path, bad: list[int]) -> str:
+    """One line naming the file and its skipped line numbers (at most 5 shown)."""
+    s, are = ("s", "are") if len(bad) > 1 else ("", "is")
+    shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+    return (f"{f}: skipped {len(bad)} line{s} that {are} not a result row (line{s} {shown}); "
+            "the other rows are read, the file is left as it is")
 
 
 def _read_file(f: Path) -> list[dict]:
-    return _valid_prefix(f.read_bytes(), str(f))[0]
+    rows, _, bad = _valid_prefix(f.read_bytes())
+    if bad:
+        warnings.warn(bad_lines_message(f, bad), StoreWarning, stacklevel=2)
+    return rows
 
 
 def _union(files: Iterable[Path]) -> dict[str, dict]:
@@ -256,7 +283,25 @@ def load_results(path: str | os.PathLike) -> list[dict]:
 
 
 class StoreLockedError(RuntimeError):
-    pass
+    """Another process holds the lock (a store file, a ``vccc train`` run directory): the
+    commands exit 3 with this one line."""
+
+
+def lock_exclusive(fd: int, busy: str, *, wait: bool = False) -> int:
+    """Take an exclusive ``flock`` on the open file or directory ``fd`` (held until it is
+    closed or the process ends) and return ``fd``. Held by another process: ``fd`` is closed
+    and :class:`StoreLockedError` (``busy``) raised, unless ``wait``. On a file system
+    without locks (Lustre mounted without ``flock``) the check is skipped."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError as e:
+        os.close(fd)
+        raise StoreLockedError(busy) from e
+    except OSError as e:
+        if e.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+            os.close(fd)
+            raise
+    return fd
 
 
 class ResultStore:
@@ -284,25 +329,20 @@ class ResultStore:
     # -- lifecycle -------------------------------------------------------------------
     def open(self) -> "ResultStore":
         self.file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.file, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
-        except BlockingIOError as e:
-            os.close(fd)
-            raise StoreLockedError(
-                f"another process is writing to {self.file} (shard {self.shard} of the store "
-                f"{self.path})") from e
-        except OSError as e:  # a file system without locks (Lustre mounted without flock)
-            if e.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
-                os.close(fd)
-                raise
+        fd = lock_exclusive(
+            os.open(self.file, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o644),
+            f"another process is writing to {self.file} (shard {self.shard} of the store "
+            f"{self.path})", wait=self.wait)
         data = b""
         while chunk := os.pread(fd, 1 << 20, len(data)):
             data += chunk
-        _, end = _valid_prefix(data, str(self.file))
+        end = data.rfind(b"\n") + 1
         if end != len(data):  # a kill left a partial last line: drop it before appending
             os.ftruncate(fd, end)
             os.fsync(fd)
+            warnings.warn(f"{self.file}: dropped a partial last line ({len(data) - end} bytes "
+                          "without a newline, left by a writer that was killed) before "
+                          "appending", StoreWarning, stacklevel=2)
         self._fd = fd
         self._rows = rows_by_id(self.path)
         return self

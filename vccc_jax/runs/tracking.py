@@ -1,23 +1,27 @@
-"""Optional experiment tracking: TensorBoard event files. Off by default, no account needed.
+"""Optional experiment tracking: TensorBoard event files or Weights & Biases (offline by
+default). Off by default, no account needed.
 
     tracker = open_tracker("tensorboard", logdir="results/tensorboard/my_run", config=cfg)
     tracker.log(step, {"return": 12.5, "gt_mse": 0.03})     # scalars at a step
     tracker.log_cell("3f2a...", {"law": "fixed", "mean_lag": 4}, {"fp_err_max": 0.1})
     tracker.close()
 
-Specs (``--track``): ``none`` (default: a tracker that does nothing) and ``tensorboard`` or
+Specs (``--track``): ``none`` (default: a tracker that does nothing); ``tensorboard`` or
 ``tensorboard:DIR`` (event files written by ``tensorboardX``: no TensorFlow, no account;
-``pip install 'vccc_jax[tracking]'``; view with ``tensorboard --logdir DIR``). Weights &
-Biases users import the same files: ``wandb sync --sync-tensorboard DIR`` (one writer, one
-format, one code path to test).
+view with ``tensorboard --logdir DIR``); ``wandb`` or ``wandb:PROJECT`` (a Weights & Biases
+run in ``<logdir>/wandb``, project ``vccc_jax`` by default, **offline** unless the
+environment sets ``WANDB_MODE``: it runs without network or account; upload later with
+``wandb sync <logdir>/wandb/offline-run-*``). Both packages: ``pip install
+'vccc_jax[tracking]'``.
 
 ``log`` takes any mapping: non-numeric and non-finite values are skipped, nested mappings
 become ``a/b`` tags. ``log_cell`` records one finished grid cell of a sweep (TensorBoard's
-HParams table: one row per cell, its parameters and metrics). The trainer's hook is three lines
-(``runs.train.run_one``; ``new_rows``: the chunk's ``metrics_to_rows``, one per update and
-seed; :func:`log_rows` logs the mean over seeds at each update)::
+HParams table, one row per cell; W&B: one table ``cells``, logged at ``close``). The trainer's
+hook is three lines (``runs.train.run_one``; ``new_rows``: the chunk's ``metrics_to_rows``, one
+per update and seed; :func:`log_rows` logs the mean over seeds at each update, with the env
+steps so far as the step, as CleanRL and PureJaxRL log ``global_step``)::
 
-    tracker = open_tracker(track, logdir=out / "tensorboard", config=cfg.to_dict())
+    tracker = open_tracker(track, logdir=out / backend, config=cfg.to_dict())
     log_rows(tracker, new_rows)                                # after each chunk
     tracker.close()                                            # after the loop
 """
@@ -29,19 +33,23 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-BACKENDS = ("none", "tensorboard")
+BACKENDS = ("none", "tensorboard", "wandb")
+PACKAGES = {"tensorboard": "tensorboardX", "wandb": "wandb"}  # backend -> the module it needs
 
 
 def parse_spec(spec: Optional[str]) -> tuple[str, Optional[str]]:
-    """``"tensorboard:DIR"`` -> ("tensorboard", "DIR"); checks the backend name and that its
-    package is installed (ValueError naming ``--track`` otherwise). No heavy import."""
+    """``"tensorboard:DIR"`` -> ("tensorboard", "DIR"), ``"wandb:PROJECT"`` -> ("wandb",
+    "PROJECT"); checks the backend name and that its package is installed (ValueError naming
+    ``--track`` and the extra otherwise). No heavy import."""
     import importlib.util
 
     backend, _, arg = (spec or "none").partition(":")
     if backend not in BACKENDS or (backend == "none" and arg):
-        raise ValueError(f"--track must be none, tensorboard or tensorboard:DIR, got {spec!r}")
-    if backend == "tensorboard" and importlib.util.find_spec("tensorboardX") is None:
-        raise ValueError("--track tensorboard: the tensorboardX package is not installed "
+        raise ValueError("--track must be none, tensorboard[:DIR] or wandb[:PROJECT], got "
+                         f"{spec!r}")
+    package = PACKAGES.get(backend)
+    if package is not None and importlib.util.find_spec(package) is None:
+        raise ValueError(f"--track {backend}: the {package} package is not installed "
                          "(pip install 'vccc_jax[tracking]')")
     return backend, arg or None
 
@@ -114,11 +122,48 @@ class TensorBoardTracker(Tracker):
             self._writer = None
 
 
-def log_rows(tracker: Tracker, rows: Sequence[Mapping], step: str = "update",
-             skip: Sequence[str] = ("seed",)) -> None:
+class WandbTracker(Tracker):
+    """A Weights & Biases run writing under ``logdir`` (``wandb.init(dir=logdir)``), offline
+    unless ``WANDB_MODE`` says otherwise; grid cells become one table ``cells`` at close."""
+
+    def __init__(self, logdir: str | os.PathLike, config: Optional[Mapping] = None,
+                 project: Optional[str] = None):
+        import wandb
+
+        self.logdir = Path(logdir)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self._wandb = wandb
+        self._cells: list[dict] = []
+        self._run = wandb.init(project=project or "vccc_jax", dir=str(self.logdir),
+                               config=dict(config or {}),
+                               mode=os.environ.get("WANDB_MODE", "offline"))
+
+    def log(self, step: int, metrics: Mapping) -> None:
+        values = scalars(metrics)
+        if values:
+            self._run.log(values, step=int(step))
+
+    def log_cell(self, name: str, params: Mapping, metrics: Mapping) -> None:
+        self._cells.append({"id": name, **{k: _hparam(v) for k, v in params.items()},
+                            **scalars(metrics)})
+
+    def close(self) -> None:
+        if self._run is None:
+            return
+        if self._cells:
+            columns = list(dict.fromkeys(k for c in self._cells for k in c))
+            data = [[c.get(k) for k in columns] for c in self._cells]
+            self._run.log({"cells": self._wandb.Table(columns=columns, data=data)})
+        self._run.finish()
+        self._run = None
+
+
+def log_rows(tracker: Tracker, rows: Sequence[Mapping], step: str = "env_steps",
+             skip: Sequence[str] = ("seed", "update")) -> None:
     """Log table rows (e.g. ``metrics.csv`` rows, one per update and seed): at each value of
-    ``rows[i][step]``, the mean over its rows of every numeric column (NaN ignored) except
-    ``step`` and ``skip``."""
+    ``rows[i][step]`` (default: the env steps so far, the x axis CleanRL and PureJaxRL users
+    read), the mean over its rows of every numeric column (NaN ignored) except ``step`` and
+    ``skip``."""
     by_step: dict[int, list[Mapping]] = {}
     for row in rows:
         by_step.setdefault(int(row[step]), []).append(row)
@@ -134,10 +179,13 @@ def log_rows(tracker: Tracker, rows: Sequence[Mapping], step: str = "update",
 def open_tracker(spec: Optional[str], *, logdir: str | os.PathLike,
                  config: Optional[Mapping] = None) -> Tracker:
     """The tracker of a ``--track`` spec: TensorBoard event files in ``DIR`` (default
-    ``logdir``), or the do-nothing :class:`Tracker`."""
+    ``logdir``), a W&B run under ``logdir`` (project ``PROJECT``), or the do-nothing
+    :class:`Tracker`."""
     backend, arg = parse_spec(spec)
     if backend == "tensorboard":
         return TensorBoardTracker(arg or logdir, config)
+    if backend == "wandb":
+        return WandbTracker(logdir, config, project=arg)
     return Tracker()
 
 

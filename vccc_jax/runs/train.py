@@ -39,7 +39,7 @@ from vccc_jax.runs.grid import product
 from vccc_jax.runs.provenance import provenance
 from vccc_jax.runs.schema import ConfigError, Experiment
 from vccc_jax.runs.store import cell_id
-from vccc_jax.runs.tracking import log_rows, open_tracker
+from vccc_jax.runs.tracking import log_rows, open_tracker, parse_spec
 from vccc_jax.train.config import TrainConfig
 
 # Above: pure Python (numpy at most). JAX, scipy (analysis) and rich (progress) are
@@ -117,6 +117,23 @@ def with_ground_truth(fields: dict, flags: dict) -> dict:
     if "gt_every" in flags or fields["pi_old_route"]:
         return fields
     return dict(fields, gt_every=default_gt_every(fields))
+
+
+def check_whole_updates(fields: dict, where: str = "train config") -> None:
+    """A run does whole updates of ``num_envs * num_steps`` env steps: ConfigError when
+    those cover less than 99% of ``total_timesteps`` (``1e3`` with 512-step updates would run
+    one update, 512 steps), naming the nearest totals that are whole. The default 500000 with
+    512-step updates (976 updates, 99.94%) passes, as in PureJaxRL. Pure Python."""
+    batch = int(fields["num_envs"]) * int(fields["num_steps"])
+    total = int(fields["total_timesteps"])
+    updates = total // batch
+    if batch > 0 and updates * batch < 0.99 * total:
+        lower = f"{updates * batch} or " if updates else ""
+        raise ConfigError(
+            f"{where}: total_timesteps {total} is {total / batch:.3g} updates of {batch} env "
+            f"steps (num_envs {fields['num_envs']} x num_steps {fields['num_steps']}); a run "
+            f"does whole updates only, so it would run {updates * batch}: use "
+            f"{lower}{(updates + 1) * batch}")
 
 
 def config_from(fields: dict, where: str = "train config") -> TrainConfig:
@@ -236,8 +253,9 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     state there and raises :class:`Interrupted`. Every exit (the end, an exception, Ctrl-C)
     first waits for pending saves, so a returned or raised run leaves no save half done.
     ``command``: the command line recorded in the provenance (default ``sys.argv``).
-    ``track``: a ``runs.tracking`` spec (``tensorboard``: event files in ``<out>/tensorboard``,
-    the mean over seeds of every metric at each update).
+    ``track``: a ``runs.tracking`` spec (``tensorboard``: event files in ``<out>/tensorboard``;
+    ``wandb``: an offline W&B run in ``<out>/wandb``; the mean over seeds of every metric at
+    each update, stepped by env steps).
     Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
 
     from vccc_jax.train import checkpoint as ck
@@ -253,7 +271,7 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     trainer = st.trainer
     total = trainer.num_updates
     mngr = ck.manager(out / "checkpoint", keep=keep)
-    tracker = open_tracker(track if main else "none", logdir=out / "tensorboard",
+    tracker = open_tracker(track if main else "none", logdir=out / parse_spec(track)[0],
                            config=cfg.to_dict())
     try:
         return _train_loop(cfg, out, st, mngr, total=total, chunk=chunk,
