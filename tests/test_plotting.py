@@ -286,3 +286,76 @@ def test_paper_sizes_and_save_writes_vector_pdf_and_png(tmp_path):
 
     w, h = Image.open(png).size
     assert abs(w / style.DPI - 3.4) < 0.5 and h > 100                  # 300 dpi at 3.4 in
+
+
+def test_variance_vs_clip_labels_the_axis_where_the_references_sit(smoke):
+    """Issue 30: the unclipped references sit at 0.7-0.85 on the smoke store; 1-2-5 ticks left
+    them unlabelled (nearest labels 0.5 and 1). Now labelled ticks bracket them, each within a
+    factor 1.25."""
+    _, rows = smoke
+    fig = plotting.fig_variance_vs_clip(rows)
+    try:
+        ax = fig.axes[0]
+        refs = [ln.get_ydata()[0] for ln in ax.get_lines() if "(no clip)" in ln.get_label()]
+        assert len(refs) == 3 and max(refs) < 1.0
+        lo, hi = ax.get_ylim()
+        ticks = [t for t in ax.get_yticks() if lo <= t <= hi]
+        # labelled on both sides of the references, each within a factor 1.25
+        assert min(refs) / max(t for t in ticks if t <= min(refs)) <= 1.25, (refs, ticks)
+        assert min(t for t in ticks if t >= max(refs)) / max(refs) <= 1.25, (refs, ticks)
+        fig.canvas.draw()
+        shown = {t.get_text() for t in ax.get_yticklabels() if t.get_text()}
+        assert any(float(s) < 1.0 for s in shown), shown
+    finally:
+        plt.close(fig)
+
+
+def test_trained_curves_fixed_points_have_their_own_style_and_exact_ones_are_named(smoke):
+    """Issue 30: the fixed-point lines used '--', V-trace's own curve style family; now no
+    fixed-point line shares a dash pattern with any curve, and the exact ones (VCCC ~1e-14,
+    off any useful scale) are named in a note instead of silently missing."""
+    _, rows = smoke
+    fig = plotting.fig_trained_curves(rows)
+    try:
+        ax = fig.axes[0]
+        R = plotting.Rows(rows)
+        curves = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+        fixed = [ln for ln in ax.get_lines() if ln.get_label().startswith("_") and len(set(ln.get_ydata())) == 1
+                 and ln.get_linestyle() != "None"]
+        from matplotlib.lines import Line2D
+
+        # every curve style a method can have (V-trace's (5, 2) included), and the plain ones
+        styles = set(plotting_style.LINESTYLES.values()) | {"-", "--", ":", "-."}
+        patterns = {tuple(ln._unscaled_dash_pattern[1] or ()) for ln in curves}
+        patterns |= {tuple(Line2D([0], [0], ls=st)._unscaled_dash_pattern[1] or ()) for st in styles}
+        assert fixed and all(tuple(ln._unscaled_dash_pattern[1]) not in patterns for ln in fixed)
+        exact = [m for m in ("vccc", "vccc_bstar") if R.get(R.families[0], m, R.default_law(),
+                                                           R.default_lag(), None)["fp_err_rms"] < 1e-6]
+        note = " ".join(t.get_text() for t in ax.texts)
+        assert exact and "below the axis" in note
+        for m in exact:
+            assert plotting.STYLE[m][0] in note
+    finally:
+        plt.close(fig)
+
+
+def test_clip_heatmap_colourbar_extends_below_its_range(smoke):
+    """Cells at 1e-14 lie below the colour range (floor 1e-6): the colourbar gets the
+    extend='min' arrow and its label says so."""
+    _, rows = smoke
+    fig = plotting.fig_clip_heatmap(rows)
+    try:
+        images = [ax.images[0] for ax in fig.axes if ax.images]
+        (cb,) = [im.colorbar for im in images if im.colorbar is not None]
+        cells = np.concatenate([im.get_array().compressed() for im in images])
+        assert cells.min() < cb.norm.vmin                 # 2e-14 cells under a -6 floor
+        assert cb.extend == "min" and "below" in cb.ax.get_ylabel()
+    finally:
+        plt.close(fig)
+
+
+def test_committed_doc_figures_are_under_200_kb():
+    pngs = sorted((ROOT / "docs" / "figures").glob("*.png"))
+    assert pngs
+    big = [(p.name, p.stat().st_size) for p in pngs if p.stat().st_size >= 200_000]
+    assert not big, big

@@ -42,13 +42,28 @@ def _final_state(out, cfg):
     return jax.tree_util.tree_leaves(jax.device_get(state)), meta
 
 
-def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys):
-    """One real run; resuming after kills and Ctrl-C is tests/train/test_checkpoint_kill.py."""
+def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys, monkeypatch):
+    """One real run; resuming after kills and Ctrl-C is tests/train/test_checkpoint_kill.py.
+    Ground truth is on without --gt-every (4 updates: every update), so curves.png has the
+    critic-error panel and the gt_* / eval_return columns are finite (issue 30 item 7)."""
+    import matplotlib.pyplot as plt
+
+    from vccc_jax.plotting import train as plot_train
+
+    figures = []
+    monkeypatch.setattr(plot_train.plt, "close", lambda fig=None: figures.append(fig))
     out = tmp_path / "run"
     argv = TINY + ["--out", str(out), "--checkpoint-every", "2", "--devices", "1",
                    "--track", "tensorboard"]
     assert cmd.main(argv) == 0
+    monkeypatch.undo()
+    titles = [ax.get_title() for ax in figures[0].axes if ax.get_visible()]
+    plt.close(figures[0])
+    assert titles == ["behaviour-policy return", "current-policy return",
+                      r"critic error to $V^{\pi_k}$ (Monte Carlo)", "effective sample size"]
     rows = list(csv.DictReader(open(out / "metrics.csv")))
+    for col in ("gt_mse", "gt_mae", "gt_value", "eval_return"):
+        assert all(np.isfinite(float(r[col])) for r in rows), col
     # --track tensorboard: the mean over seeds of each metric at each update
     events = read_events(next((out / "tensorboard").glob("events.*")))
     logged = {step: v for step, tag, v, plugin in events if tag == "return" and not plugin}
@@ -66,7 +81,7 @@ def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys):
     saved = json.loads((out / "config.json").read_text())
     assert saved["config"] == TrainConfig(
         lag="fixed:1", critic="vccc", actor="centered-mask", num_seeds=2, total_timesteps=512,
-        num_steps=32, num_minibatches=2, update_epochs=1, hidden=16).to_dict()
+        num_steps=32, num_minibatches=2, update_epochs=1, hidden=16, gt_every=1).to_dict()
     prov = saved["provenance"]
     assert "packages" in prov and "git" in prov and prov["hostname"]
     assert prov["command"].startswith("vccc train --env CartPole-v1") and "--out" in prov["command"]
@@ -75,7 +90,8 @@ def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys):
     assert (out / "curves.png").stat().st_size > 1000
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["final_return"]["per_seed"]) == 2
-    assert "final_return" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "final_return" in printed and "gt_mse" in printed
     # orbax checkpoints at updates 2 and 4; the meta carries config, update and metric rows
     assert sorted(p.name for p in (out / "checkpoint").iterdir()) == ["2", "4"]
     cfg = TrainConfig.from_dict(saved["config"])
@@ -99,6 +115,18 @@ def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys):
     assert cmd.main(TINY + ["--out", str(tmp_path / "new"), "--devices", "64"]) == 2
     assert "64 devices" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()  # refused input creates nothing
+
+
+def test_ground_truth_is_on_by_default_for_a_run_from_flags():
+    """About GT_POINTS (10) evaluations over a run: the README's 5e5-step CartPole run (976
+    updates of 4 x 128 steps) every 97 updates; a 4-update run every update; --gt-every 0 is
+    kept."""
+    assert run_lib.GT_POINTS == 10
+    assert run_lib.default_gt_every({"total_timesteps": 500_000, "num_envs": 4, "num_steps": 128}) == 97
+    assert run_lib.default_gt_every({"total_timesteps": 512, "num_envs": 4, "num_steps": 32}) == 1
+    assert _fields(["--gt-every", "0"])["gt_every"] == 0
+    assert _fields(["--timesteps", "512", "--num-steps", "32"])["gt_every"] == 1
+    assert _fields(["--pi-old-route", "exact"])["gt_every"] == 0  # its actor may not allow it
 
 
 def test_config_file_with_flag_override(tmp_path):
@@ -192,8 +220,10 @@ def test_shipped_train_experiments_build_valid_configs():
 
 
 def _fields(argv):
-    """The resolved TrainConfig fields of ``vccc train ARGV`` (pure Python)."""
-    return run_lib.resolve_fields(cmd._overrides(cmd.build_parser().parse_args(argv)))
+    """The resolved TrainConfig fields of ``vccc train ARGV`` (pure Python; ground truth on
+    as for any run from flags)."""
+    flags = cmd._overrides(cmd.build_parser().parse_args(argv))
+    return run_lib.with_ground_truth(run_lib.resolve_fields(flags), flags)
 
 
 @pytest.fixture(scope="module")

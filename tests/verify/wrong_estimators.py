@@ -3,7 +3,7 @@ it (wrongly) makes and what ``vccc verify --target`` must say about it.
 
 Loaded by path (``tests/verify/wrong_estimators.py:NAME``) by tests/verify/test_byo_gallery.py.
 Each GALLERY entry: (function name, claim, a failing row's name fragment, the diagnosis
-fragment that names the bug).
+fragment that names the bug; "where the bias lives" when no known closed form explains it).
 """
 
 import jax
@@ -49,8 +49,47 @@ def ratio_on_baseline_only(rewards, discounts, values, next_values, log_rhos, ba
 
 
 def missing_stop_gradient(rewards, discounts, values, next_values, log_rhos):
-    """Eq 8, right mean, but the regression target carries gradient into the critic."""
+    """Eq 8, right mean, but the regression target carries gradient into the critic: passes
+    with a warning, fails only with ``loss_ready`` (not in GALLERY: test_byo tests both)."""
     return values + jnp.exp(log_rhos) * (rewards + discounts * next_values - values)
+
+
+# No known closed form explains these five: the diagnosis says so and names the term of the
+# mean that the bias lives in (least squares per MDP on the E_pi / E_mu parts of each term).
+
+
+def discount_twice(rewards, discounts, values, next_values, log_rhos):
+    """Eq 8 with gamma applied twice (``discounts`` already hold gamma (1 - terminal)): the bias
+    E_pi[(d^2 - d) Vbar'] = (gamma - 1) E_pi[d Vbar'] is in the bootstrap term, the same for
+    every behaviour version (the ratio makes it a pi expectation)."""
+    return sg(values + jnp.exp(log_rhos) * (rewards + discounts * discounts * next_values - values))
+
+
+def ratio_on_bootstrap_only(rewards, discounts, values, next_values, log_rhos):
+    """Importance-weights the bootstrap only: r + rho gamma Vbar'. Bias E_mu[r] - E_pi[r]: the
+    reward term, different for every behaviour version."""
+    return sg(rewards + jnp.exp(log_rhos) * discounts * next_values)
+
+
+def ratio_on_reward_only(rewards, discounts, values, next_values, log_rhos):
+    """Per-decision IS on the reward, bootstrap left uncorrected: H + (rho - 1) r. Bias
+    E_mu[gamma Vbar'] - E_pi[gamma Vbar']: the bootstrap term, different for every version."""
+    h = rewards + discounts * next_values
+    return sg(h + (jnp.exp(log_rhos) - 1.0) * rewards)
+
+
+def baseline_in_td_error(rewards, discounts, values, next_values, log_rhos, baseline):
+    """Eq 8 with the state baseline b where the critic's Vbar(s) belongs inside the TD error:
+    Vbar + rho (r + gamma Vbar' - b). Bias Vbar - b: the baseline term, the same for every
+    version."""
+    return sg(values + jnp.exp(log_rhos) * (rewards + discounts * next_values - baseline))
+
+
+def hard_coded_gamma(rewards, discounts, values, next_values, log_rhos):
+    """Eq 8 with gamma = 0.99 written in, ignoring ``discounts`` (so it bootstraps through
+    terminals and uses the wrong gamma): bias E_pi[(0.99 - d) Vbar'], the bootstrap term, the
+    same for every version."""
+    return sg(values + jnp.exp(log_rhos) * (rewards + 0.99 * next_values - values))
 
 
 def off_by_one_bootstrap(rewards, discounts, values, next_values, log_rhos):
@@ -100,8 +139,12 @@ GALLERY = (
     ("truncated_at_1_5", "clipped:2", "E[Y|s] =", "clipping to pitilde ∝ min(c mu, pi) at c=1.5"),
     ("naive_baseline", "clipped:2", "E[Y|s] =", "naive-baseline leak (1 - Z) b: H + (w - 1)(H - b) with w = truncate(rho, c=2)"),
     ("ratio_on_baseline_only", "vpi", "E[Y|s] =", "the uncorrected target"),
-    ("missing_stop_gradient", "vpi", "stop_gradient", "gradient flows into"),
     ("off_by_one_bootstrap", "vpi", "E[Y|s] =", "off-by-one bootstrap"),
+    ("discount_twice", "vpi", "E[Y|s] =", "where the bias lives: the bootstrap term explains 100%"),
+    ("ratio_on_bootstrap_only", "vpi", "E[Y|s] =", "where the bias lives: the reward term explains 100%"),
+    ("ratio_on_reward_only", "vpi", "E[Y|s] =", "where the bias lives: the bootstrap term explains 100%"),
+    ("baseline_in_td_error", "vpi", "E[Y|s] =", "where the bias lives: the baseline term explains 100%"),
+    ("hard_coded_gamma", "vpi", "E[Y|s] =", "where the bias lives: the bootstrap term explains"),
     ("vtrace_bars_swapped", "clipped:2", "fixed point", "V-trace with lambda=1, rho_bar=1, c_bar=2"),
     ("sequence_ratio_per_token", "vpi", "Markov", "sequence-level ratio applied per token"),
     ("gae_on_stale_data", "vpi", "fixed point", "uncorrected lambda-return / GAE (rho = 1), lambda=0.9"),

@@ -103,6 +103,33 @@ def bootstrap_band(y, axis: int = -1, level: float = CI_LEVEL, num_boot: int = N
     return mean, lo, hi
 
 
+def interval_method(n: int) -> str:
+    """How the interval over ``n`` seeds is computed, as every output states it (console,
+    ``summary.json``, ``curves.png``): the one rule of :func:`seed_interval`."""
+    if n < 2:
+        return f"n = {n}: no interval"
+    return f"95% percentile bootstrap of the mean over n = {n} seeds"
+
+
+def seed_interval(x, level: float = CI_LEVEL) -> dict:
+    """The interval of a per-seed sample used by every output of a run: ``mean``, ``lo``,
+    ``hi``, ``n`` (finite seeds) and ``interval`` (:func:`interval_method`).
+
+    n >= 2: the percentile bootstrap of :func:`bootstrap_band` (the band ``curves.png``
+    draws: same resamples), which stays inside the seeds' range and so inside the metric's
+    (a 2-seed t interval of a CartPole return is wider than [0, 500]); n = 1: lo = hi = NaN,
+    no interval; n = 0: everything NaN."""
+    x = np.asarray(x, np.float64).ravel()
+    f = x[np.isfinite(x)]
+    n = int(f.size)
+    if n == 0:
+        return {"mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "n": 0, "interval": interval_method(0)}
+    if n == 1:
+        return {"mean": float(f[0]), "lo": float("nan"), "hi": float("nan"), "n": 1, "interval": interval_method(1)}
+    mean, lo, hi = bootstrap_band(f, level=level)
+    return {"mean": float(mean), "lo": float(lo), "hi": float(hi), "n": n, "interval": interval_method(n)}
+
+
 def mean_stat(x, axis=-1):
     return np.mean(x, axis=axis)
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from vccc_jax.analysis.seeds import stratified_bootstrap_ci
+from vccc_jax.analysis.seeds import seed_interval, stratified_bootstrap_ci
 from vccc_jax.analysis.stats import mean_ci
 
 
@@ -36,6 +36,10 @@ def summarize(rows: list[dict]) -> dict:
       averaged over the evaluations in the second half of training.
     exact_err_pi: (``tabular:`` / ``token:`` envs) critic RMSE to the exact V^{pi_k}, averaged
       over the exact evaluations in the second half of training.
+
+    Each entry: ``mean``, ``lo`` / ``hi`` / ``n`` / ``interval`` (the one interval rule of the
+    console, this summary and curves.png: :func:`analysis.seeds.seed_interval`), ``ci95``
+    (the Student-t half-width the grid tables use; NaN for one seed) and ``per_seed``.
     """
     ret = metric_column(rows, "return")
     num_updates = ret.shape[0]
@@ -66,8 +70,16 @@ def summarize(rows: list[dict]) -> dict:
     summary = {}
     for k, v in per_seed.items():
         mean, half = mean_ci(v[None], axis=-1) if v.ndim == 0 else mean_ci(v)
-        summary[k] = {"mean": float(mean), "ci95": float(half), "per_seed": v.tolist()}
+        summary[k] = {**seed_interval(v), "mean": float(mean), "ci95": float(half), "per_seed": v.tolist()}
     return summary
+
+
+def format_interval(s: dict, digits: int = 4) -> str:
+    """The console's text of a :func:`summarize` entry: ``mean [lo, hi] (method)``, or
+    ``mean (n = 1: no interval)`` (the method: :func:`analysis.seeds.interval_method`)."""
+    if s["n"] < 2:
+        return f"{s['mean']:.{digits}g} ({s['interval']})"
+    return f"{s['mean']:.{digits}g} [{s['lo']:.{digits}g}, {s['hi']:.{digits}g}] ({s['interval']})"
 
 
 def format_grid_table(results: list[dict]) -> str:

@@ -27,6 +27,11 @@ Critic-free (issue 14; GRPO = law ``full``, PS-PPO = a cutoff law; token envs on
 multi-host flags.) ``jax.distributed`` starts before the trainer is imported: gymnax builds
 arrays at import time, which would start a single-process backend.
 
+Ground truth is on for a run from flags: without ``--gt-every`` it is evaluated about 10
+times over the run (``runs.train.with_ground_truth``; Monte Carlo V^{pi_k} on gymnax, exact
+on ``tabular:`` / ``token:``), so the first run's curves.png shows the critic error;
+``--gt-every 0`` turns it off (a ``--config`` keeps its own value).
+
 Outputs: ``runs.train`` (metrics.csv, summary.json, config.json, checkpoint/) plus
 curves.png per run, and for a grid a markdown table and ``<out>/<name>.png``; written by
 process 0 only.
@@ -221,6 +226,11 @@ def build_parser(names: bool = False) -> Parser:
         flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
         p.add_argument(*flags, dest=f.name, default=None, type=_field_type(default),
                        help=f"(default {default})")
+    from vccc_jax.runs.train import GT_POINTS
+
+    gt = next(a for a in p._actions if a.dest == "gt_every")
+    gt.help = (f"ground truth every N updates (default for a run from flags: about {GT_POINTS} "
+               "times over the run; 0: off; a --config keeps its own)")
     return p
 
 
@@ -331,6 +341,8 @@ def _prepare(argv: list[str]):
     where = exp.path if exp is not None else "train flags"
     fields = runs_train.resolve_fields(dict(exp.base if exp is not None else {}, **overrides),
                                        where)
+    if exp is None:
+        fields = runs_train.with_ground_truth(fields, overrides)
     if args.out is not None:
         out = Path(args.out)
         mode = run_dir.prepare(out, fields, resume=args.resume, overwrite=args.overwrite)
@@ -481,9 +493,11 @@ def _single(cfg, out: Path, args, resume: bool, command: list) -> int:
             rows, out / "curves.png",
             f"{cfg.env}  lag {cfg.lag}  critic {cfg.critic}  actor {cfg.actor}"
             f"  ({cfg.num_seeds} seeds)")
+    from vccc_jax.analysis.train import format_interval
+
     for k in SUMMARY_KEYS:
         if k in summary:
-            print(f"{k:>18}: {summary[k]['mean']:.4g} ± {summary[k]['ci95']:.2g} (95% CI)")
+            print(f"{k:>18}: {format_interval(summary[k])}")
     print(f"results: {out}")
     return 0
 

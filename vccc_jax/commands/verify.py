@@ -1,11 +1,12 @@
 """``vccc verify [--quick] [--json PATH] [--seed N] [--num-mdps N] [--samples N]``
-``vccc verify --target MODULE:FUNCTION [--kind K] [--claim C] [--kw NAME=VALUE ...] [...]``.
+``vccc verify --target MODULE:FUNCTION [--kind K] [--claim C] [--kw NAME=VALUE ...] [--loss-ready] [...]``.
 
 Without ``--target``: runs :func:`vccc_jax.verify.run_verify` (every identity of the
 library), prints the table. With ``--target``: checks the user's estimator with
 :func:`vccc_jax.verify.check` on the same problems (``FILE.py:FUNCTION`` works too), prints
 its rows and diagnosis. Optionally writes the rows as JSON; exit status 0 when every row
-passes, 1 when one fails, 2 on bad input (including a target that cannot be imported, does
+passes (a critic target that carries gradient is a warning, unless ``--loss-ready``), 1
+when one fails, 2 on bad input (including a target that cannot be imported, does
 not jit, returns the wrong shape or is not pure: one line naming the problem).
 """
 
@@ -45,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="what the target claims (default vpi: E[Y|s] = T_pi Vbar, fixed point V^pi)")
     parser.add_argument("--kw", action="append", default=[], metavar="NAME=VALUE",
                         help="extra keyword argument for the target (repeatable; VALUE is a Python literal)")
+    parser.add_argument("--loss-ready", action="store_true",
+                        help="a critic target must also be stop-gradient-ed, ready for a loss "
+                             "(without it, gradient through the target is a warning)")
     return parser
 
 
@@ -81,8 +85,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as e:
             return _fail(f"cannot write --json {args.json}: {e.strerror}")
 
-    if args.target is None and (args.kind or args.claim or args.kw):
-        return _fail("--kind, --claim and --kw need --target")
+    if args.target is None and (args.kind or args.claim or args.kw or args.loss_ready):
+        return _fail("--kind, --claim, --kw and --loss-ready need --target")
     if args.target is not None:
         try:
             kwargs = _kwargs(args.kw)
@@ -118,7 +122,7 @@ def _check_target(args, kwargs: dict) -> int:
     try:
         report = verify.check(args.target, kind=args.kind, claim=args.claim or "vpi", kwargs=kwargs,
                               quick=args.quick, key=jax.random.PRNGKey(args.seed), num_mdps=args.num_mdps,
-                              num_samples=args.samples)
+                              num_samples=args.samples, loss_ready=args.loss_ready)
     except ValueError as e:  # TargetError included: one line naming the problem
         return _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
     elapsed = time.perf_counter() - t0

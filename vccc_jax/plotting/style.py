@@ -189,25 +189,39 @@ def dodge(x, k: int, n: int, step: float = 0.03):
     return _exp2m(_log2p(x) + (k - (n - 1) / 2) * step)
 
 
-def log_ticks(ax, axis: str = "y") -> None:
+def log_ticks(ax, axis: str = "y", focus=()) -> None:
     """Enough labelled ticks on a log axis, from its current limits (call it after plotting):
-    the sparsest of every decade, 1, 3 x 10^k, 1, 2, 5 x 10^k and 1, 1.5, 2, 3, 5, 7 x 10^k
-    that puts at least 3 ticks inside the limits (else plain round numbers); labels as plain
-    numbers (0.02, not 2 x 10^-2)."""
+    the sparsest of every decade, 1, 3 x 10^k, 1, 2, 5 x 10^k, 1, 1.5, 2, 3, 5, 7 x 10^k and
+    1, 2, ..., 9 x 10^k that puts at least 3 ticks inside the limits and, given ``focus``
+    values (where the lines of interest sit), labels on both sides of them: a tick at most
+    ``FOCUS_FACTOR`` below the lowest and one at most that factor above the highest (else plain
+    round numbers without focus, the finest set with it); labels as plain numbers (0.02, not
+    2 x 10^-2)."""
     a = ax.yaxis if axis == "y" else ax.xaxis
     lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
     loc = mticker.MaxNLocator(nbins=4)
+    focus = np.asarray([f for f in np.ravel(focus) if lo <= f <= hi], np.float64)
     if lo > 0:
         decades = 10.0 ** np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
-        for subs in ((1.0,), (1.0, 3.0), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)):
+        sets = ((1.0,), (1.0, 3.0), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0),
+                tuple(float(k) for k in range(1, 10)))
+        for subs in sets:
             ticks = np.outer(decades, subs).ravel()
-            if np.sum((ticks >= lo) & (ticks <= hi)) >= 3:
+            ticks = ticks[(ticks >= lo) & (ticks <= hi)]
+            below, above = ticks[ticks <= focus.min()] if focus.size else ticks, \
+                ticks[ticks >= focus.max()] if focus.size else ticks
+            near = not focus.size or (below.size and above.size and focus.min() / below.max() <= FOCUS_FACTOR
+                                      and above.min() / focus.max() <= FOCUS_FACTOR)
+            if (ticks.size >= 3 and near) or (focus.size and subs is sets[-1]):
                 loc = mticker.LogLocator(base=10, subs=subs, numticks=30)
                 break
     a.set_major_locator(loc)
     a.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
     a.set_minor_locator(mticker.LogLocator(base=10, subs=np.arange(1, 10), numticks=30))
     a.set_minor_formatter(mticker.NullFormatter())
+
+
+FOCUS_FACTOR = 1.25  # log_ticks: labelled ticks within this factor below and above the focus values
 
 
 class ZeroBand(NamedTuple):

@@ -241,8 +241,10 @@ def fig_clip_heatmap(rows, family=None, law=None, methods: Sequence[str] = ("tru
                 missing.add(why.replace("\n", " "))
                 ax.text(j, i, why, ha="center", va="center", fontsize=6, color="0.25")
     axes[0][0].set_ylabel("mean lag (versions)")
-    cb = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.95)
-    cb.set_label("log10 fixed-point RMS error")
+    # cells below the colour range (exact fixed points, ~1e-14) get the arrow of extend="min"
+    below = bool(finite.size and finite.min() < vmin)
+    cb = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.95, extend="min" if below else "neither")
+    cb.set_label("log10 fixed-point RMS error" + (f" (arrow: below {vmin:g})" if below else ""))
     note = ""
     if "empty mask" in missing:
         note = ("\nhatched: not in the grid (masking at c = 1 keeps only "
@@ -259,7 +261,9 @@ def fig_variance_vs_clip(rows, family=None, law=None, lag=None,
                          methods: Sequence[str] = ("truncated", "masked", "vtrace",
                                                    "naive_baseline", "centered_baseline")):
     """Exact target variance at the fixed point (sum_s d_mix(s) Var[Y|s]) vs clip c, with
-    the unclipped VCCC targets and the uncorrected target as horizontal references."""
+    the unclipped VCCC targets and the uncorrected target as horizontal references (the log
+    axis has labelled ticks within a factor 1.25 below and above them: ``style.log_ticks``
+    focus)."""
     R = rows if isinstance(rows, Rows) else Rows(rows)
     family = family or R.families[0]
     law = law or R.default_law()
@@ -273,16 +277,18 @@ def fig_variance_vs_clip(rows, family=None, law=None, lag=None,
         if pts:
             label, color, marker = _style(m)
             ax.plot(*zip(*pts), marker=marker, color=color, label=label, lw=1.4)
+    refs = []
     for m, ls in (("vccc", "--"), ("vccc_bstar", ":"), ("uncorrected", "-.")):
         x = R.get(family, m, law, lag, None)
         if x is not None:
             label, color, _ = _style(m)
             ax.axhline(x["target_var"], color=color, ls=ls, lw=1.2, label=f"{label} (no clip)")
+            refs.append(x["target_var"])
     ax.set_xscale("log", base=2)
     ax.set_xticks(R.clips(), [f"{c:g}" for c in R.clips()])
     ax.minorticks_off()
     ax.set_yscale("log")
-    log_ticks(ax, "y")
+    log_ticks(ax, "y", focus=refs)  # labels where the unclipped references sit
     ax.set_xlabel("clip threshold c")
     ax.set_ylabel(VAR_LABEL)
     ax.set_title(f"{family}, law {law}, mean lag {lag:g}: target variance vs c")
@@ -358,7 +364,7 @@ def fig_trained_curves(rows, family=None, law=None, lag=None, clip=None,
     clip = R.default_clip() if clip is None else clip
     methods = list(methods or R.methods)
     fig, ax = plt.subplots(figsize=(6.6, 5.4), layout="constrained")
-    drawn, n_mdps, banded = 0, 0, True
+    drawn, n_mdps, banded, fixed = 0, 0, True, []
     for m in methods:
         c = _clip_for(R, m, clip)
         x = R.get(family, m, law, lag, c)
@@ -376,9 +382,7 @@ def fig_trained_curves(rows, family=None, law=None, lag=None, clip=None,
             n_mdps = max(n_mdps, len(per_mdp))
         else:
             banded = False
-        fp = x["fp_err_rms"]
-        if fp > 1e-6:
-            ax.axhline(fp, color=color, ls="--", lw=1.0, alpha=0.8)
+        fixed.append((x["fp_err_rms"], color, label))
         drawn += 1
     if not drawn:
         raise ValueError("no trained-critic curves in the rows (was training disabled?)")
@@ -386,12 +390,38 @@ def fig_trained_curves(rows, family=None, law=None, lag=None, clip=None,
     ax.set_yscale("log")
     ax.set_xlabel("critic update")
     ax.set_ylabel(r"RMS error to $V^{\pi_K}$ ($d^{\pi_K}$-weighted)")
+    off = _fixed_points(ax, fixed)
     bars = (stats_note(n_mdps, "MDPs", "line: mean, band: 95% percentile-bootstrap CI")
             if banded and n_mdps else "mean over MDPs (no per-MDP curves in this store)")
     ax.set_title(f"{family}, law {law}, mean lag {lag:g}: trained critic\n{bars}; "
-                 "dashed: that method's exact fixed point")
+                 "sparse dots + arrow at right: that method's exact fixed point")
+    if off:
+        ax.text(0.01, 0.01, "fixed points below the axis (exact to round-off): " + "; ".join(
+            f"{label} {fp:.0e}" for fp, _, label in off), transform=ax.transAxes, fontsize=7,
+            va="bottom", ha="left", color="0.3")
     _legend_below(fig, ax)
     return fig
+
+
+FIXED_POINT_LS = (0, (1, 4))  # fig_trained_curves' fixed-point lines: no method's curve uses it
+
+
+def _fixed_points(ax, fixed: list) -> list:
+    """Each method's exact fixed-point error as a sparse dotted line of its colour with an
+    arrow on the right edge; returns the (error, colour, label) of the exact ones (below
+    ``EXACT_FP``: VCCC's ~1e-14, off any useful scale), for the note that names them."""
+    off = []
+    for fp, color, label in fixed:
+        if fp < EXACT_FP:
+            off.append((fp, color, label))
+            continue
+        ax.axhline(fp, color=color, ls=FIXED_POINT_LS, lw=1.1)
+        ax.plot([1.0], [fp], marker="<", color=color, ms=6, clip_on=False, ls="none",
+                transform=ax.get_yaxis_transform())
+    return off
+
+
+EXACT_FP = 1e-6  # a fixed-point error below this is exact (round-off): noted, not drawn
 
 
 FIGURES = {

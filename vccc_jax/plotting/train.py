@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import numpy as np
 
-from vccc_jax.analysis.seeds import bootstrap_band
+from vccc_jax.analysis.seeds import bootstrap_band, interval_method
 from vccc_jax.analysis.train import gt_curve, metric_column
 from vccc_jax.plotting.style import (
     ALIASES,
@@ -45,16 +45,18 @@ CURVE_PANELS = (
      (0.0, None)),
     ("ess", "effective sample size", "ESS fraction (0-1]", False, (0.0, 1.0)),
 )
-FEW_SEEDS = 5  # below this many seeds curves.png draws every seed instead of an interval
+FEW_SEEDS = 5  # below this many seeds curves.png also draws every seed as a thin line
 
 
 @styled
 def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
     """``curves.png`` of one ``vccc train`` run: returns, critic error against the ground
     truth (exact when the env has exact values, Monte Carlo otherwise) and the ESS fraction
-    against env steps. With >= ``FEW_SEEDS`` seeds: the mean and its 95% percentile-bootstrap
-    interval over seeds (which stays inside the seeds' range, so an ESS band never passes
-    1); with fewer: the mean and every seed as a thin line. Returns ``path``."""
+    against env steps: the mean over seeds and, with n >= 2 seeds, the interval of the one
+    rule the console and summary.json use (:func:`analysis.seeds.seed_interval`: a 95%
+    percentile bootstrap, which stays inside the seeds' range, so an ESS band never passes
+    1); with fewer than ``FEW_SEEDS`` seeds also every seed as a thin line; with one seed
+    the note says "n = 1: no interval". Returns ``path``."""
     steps = np.array(sorted({r["env_steps"] for r in rows}), np.float64)
     panels = [p for p in CURVE_PANELS if np.any(np.isfinite(metric_column(rows, p[0])))]
     ncols = 2 if len(panels) == 4 else min(3, len(panels))
@@ -68,12 +70,11 @@ def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
         have = np.any(np.isfinite(y), axis=1)
         y, x = y[have], steps[have]
         marker = "o" if have.sum() < 40 else None
-        if n_seeds >= FEW_SEEDS:
-            mean, lo, hi = bootstrap_band(y, axis=1)
+        mean, lo, hi = bootstrap_band(y, axis=1)
+        if n_seeds >= 2:
             lo, hi = np.clip(lo, lo_ok, hi_ok), np.clip(hi, lo_ok, hi_ok)
             ax.fill_between(x, lo, hi, color=color, alpha=0.25, lw=0, label="95% bootstrap CI")
-        else:
-            mean = np.nanmean(y, axis=1)
+        if 1 < n_seeds < FEW_SEEDS:
             for j in range(y.shape[1]):
                 ax.plot(x, y[:, j], color=color, lw=0.6, alpha=0.45,
                         label="one seed" if j == 0 else None)
@@ -88,9 +89,12 @@ def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
         ax.set_title(name)
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
-    bars = ("line: mean; band: 95% percentile-bootstrap CI of the mean" if n_seeds >= FEW_SEEDS
-            else "line: mean; thin lines: each seed (too few seeds for an interval)")
-    fig.suptitle((title + "\n" if title else "") + stats_note(n_seeds, "seeds", bars))
+    # one short line each (the figure is 2 panels wide): what the band is, then the seeds
+    note = (f"line: mean; band: {interval_method(n_seeds)}" if n_seeds >= 2
+            else f"line: the one seed ({interval_method(n_seeds)})")
+    if 1 < n_seeds < FEW_SEEDS:
+        note += "\nthin lines: each seed"
+    fig.suptitle((title + "\n" if title else "") + note, fontsize=9)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

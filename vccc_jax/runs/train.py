@@ -101,6 +101,24 @@ def resolve_fields(fields: dict, where: str = "train config") -> dict:
     return out
 
 
+GT_POINTS = 10  # ground-truth evaluations over a run from flags (default_gt_every)
+
+
+def default_gt_every(fields: dict) -> int:
+    """``gt_every`` of a run from flags that does not give it: about ``GT_POINTS`` ground-truth
+    evaluations over the run (every update for runs of fewer than GT_POINTS updates)."""
+    updates = int(fields["total_timesteps"]) // (int(fields["num_envs"]) * int(fields["num_steps"]))
+    return max(1, updates // GT_POINTS)
+
+
+def with_ground_truth(fields: dict, flags: dict) -> dict:
+    """The resolved fields of a run from flags with ground truth on (:func:`default_gt_every`)
+    unless the flags give ``gt_every`` (or a pi_old_route whose actor may not allow it)."""
+    if "gt_every" in flags or fields["pi_old_route"]:
+        return fields
+    return dict(fields, gt_every=default_gt_every(fields))
+
+
 def config_from(fields: dict, where: str = "train config") -> TrainConfig:
     """``TrainConfig.from_dict`` of :func:`resolve_fields`, with errors (unknown field, bad
     value, unknown critic, env that cannot be built) naming the input."""

@@ -12,7 +12,7 @@ kind:
 
 - ``one-step`` (:mod:`.user_one_step`): E[Y | s] on every version's enumerated (s, a, s')
   cells and on the replay mixture vs the claim, the fixed point vs V^pi / V^pitilde,
-  Var(Y | s), stop-gradient, sampled z-scores and KS;
+  Var(Y | s), stop-gradient (a warning unless ``loss_ready``), sampled z-scores and KS;
 - ``sequence`` (:mod:`.user_sequence`): all short trajectories enumerated: E[vs_t | prefix]
   at Vbar = the claimed value, Markov in the prefix, the fixed point, variance,
   stop-gradient, pg advantages, sampled z-scores;
@@ -67,6 +67,11 @@ class Report:
     def passed(self) -> bool:
         return all(r.passed for r in self.rows)
 
+    @property
+    def warnings(self) -> list[str]:
+        """Diagnosis lines that warn without failing (gradient through a target)."""
+        return [d for d in self.diagnosis if d.startswith("warning:")]
+
     def format(self) -> str:
         head = f"{self.target} ({self.kind}, claim {self.claim}): {'PASS' if self.passed else 'FAIL'}"
         lines = [head, "", format_table(self.rows)]
@@ -81,7 +86,7 @@ class Report:
         rows = [{k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.as_dict().items()}
                 for r in self.rows]
         return {"target": self.target, "kind": self.kind, "claim": self.claim, "passed": self.passed,
-                "rows": rows, "diagnosis": list(self.diagnosis), "seconds": self.seconds}
+                "rows": rows, "diagnosis": list(self.diagnosis), "warnings": self.warnings, "seconds": self.seconds}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,13 +117,17 @@ def _groups(quick: bool, num_mdps: Optional[int], groups):
 
 
 def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key=None,
-              num_mdps: Optional[int] = None, num_samples: Optional[int] = None, groups=None) -> list[Report]:
+              num_mdps: Optional[int] = None, num_samples: Optional[int] = None, groups=None,
+              loss_ready: bool = False) -> list[Report]:
     """:func:`check` for several targets; targets of one kind share one compiled graph per group.
 
     Args:
       targets: :class:`Target` s or plain functions (claim ``vpi``, kind inferred).
       quick, key, num_mdps, num_samples: as ``run_verify`` (the same problems for the same key).
       groups: the problem groups (default: ``problems.default_groups``, as ``vccc verify``).
+      loss_ready: a critic target must also be a constant (stop-gradient-ed) that a loss can
+        regress on as is; gradient into its values, ratios or baselines then fails, otherwise it
+        is a warning (it does not change the mean the other rows check).
     """
     targets = [t if isinstance(t, Target) else Target(t) for t in targets]
     resolved = [t.resolve() for t in targets]
@@ -135,7 +144,7 @@ def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key
             by_kind.setdefault(kind, []).append(i)
         for kind, idx in by_kind.items():
             t0 = time.perf_counter()
-            results = _run_kind(kind, [resolved[i] for i in idx], groups, keys, num_samples)
+            results = _run_kind(kind, [resolved[i] for i in idx], groups, keys, num_samples, loss_ready)
             seconds = (time.perf_counter() - t0) / len(idx)
             for i, (rows, diagnosis) in zip(idx, results):
                 name, kind_, claim, _ = resolved[i]
@@ -144,7 +153,7 @@ def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key
     return reports
 
 
-def _run_kind(kind: str, items: list, groups, keys, num_samples: int):
+def _run_kind(kind: str, items: list, groups, keys, num_samples: int, loss_ready: bool):
     if kind == "one-step":
         users = tuple(user_one_step.UserOneStep(name, wrapped, claim) for name, _, claim, wrapped in items)
         outs = []
@@ -153,17 +162,17 @@ def _run_kind(kind: str, items: list, groups, keys, num_samples: int):
             out = contracts.in_graph(", ".join(u.name for u in users), user_one_step.GRAPH,
                                      jax.random.split(ks, g.num_mdps), p, users, num_samples)
             outs.append(jax.tree_util.tree_map(np.asarray, out))
-        return user_one_step.user_reports(users, outs, groups, num_samples)
+        return user_one_step.user_reports(users, outs, groups, num_samples, loss_ready)
     if kind == "sequence":
         from vccc_jax.verify import user_sequence
-        return user_sequence.run(items, groups, keys, num_samples)
+        return user_sequence.run(items, groups, keys, num_samples, loss_ready)
     from vccc_jax.verify import user_actor
     return user_actor.run(items, groups, keys, num_samples)
 
 
 def check(target, *, kind: Optional[str] = None, claim: Union[str, Claim] = "vpi", kwargs=(),
           quick: bool = False, key=None, num_mdps: Optional[int] = None, num_samples: Optional[int] = None,
-          groups=None) -> Report:
+          groups=None, loss_ready: bool = False) -> Report:
     """Verify one estimator exactly (see the module docstring); returns a :class:`Report`.
 
     Args:
@@ -171,14 +180,14 @@ def check(target, *, kind: Optional[str] = None, claim: Union[str, Claim] = "vpi
       kind: ``one-step`` | ``sequence`` | ``actor`` (None: inferred from the signature).
       claim: ``vpi`` | ``clipped:c`` | ``masked:c`` | ``any`` (what the estimator claims).
       kwargs: extra keyword arguments for the function (options of a registry sequence).
-      quick, key, num_mdps, num_samples, groups: as :func:`check_all`.
+      quick, key, num_mdps, num_samples, groups, loss_ready: as :func:`check_all`.
 
     Raises:
       TargetError: the target cannot be checked (one line naming the problem).
       ValueError: a bad claim or kind.
     """
     return check_all([Target(target, kind, claim, kwargs)], quick=quick, key=key, num_mdps=num_mdps,
-                     num_samples=num_samples, groups=groups)[0]
+                     num_samples=num_samples, groups=groups, loss_ready=loss_ready)[0]
 
 
 __all__ = ["Report", "Target", "TargetError", "check", "check_all"]

@@ -13,7 +13,8 @@ Added in the same compiled graph (:func:`user_extras`), per problem:
   (S + 1 evaluations of the target on the enumerated cells), for the stalest version and
   the replay, against the claimed V^pi / V^pitilde (:func:`claimed.claimed_value`);
 - Var(Y | s) (must be finite), and the gradient of sum(w Y) with respect to every input
-  field (must be exactly 0: targets are constants, DESIGN.md §3);
+  field (:func:`diagnose.gradient_row`: a warning, or with ``loss_ready`` a failure, when it
+  reaches the values, ratios or baselines; targets are constants, docs/layout.md);
 - the diagnosis atoms (:func:`mean_atoms`): the exact means of the known estimator
   families, in closed form, and their fixed points; :mod:`.diagnose` matches the user's
   bias against them on the host.
@@ -45,6 +46,7 @@ Array = chex.Array
 GRID = (1.0, 1.1, 1.2, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0)
 GRAD_FIELDS = ("rewards", "discounts", "values", "next_values", "log_rhos", "baseline", "baseline_vmu",
                "baseline_star", "z_truncate", "z_mask")
+GRAD_NAMES = tuple("rewards discounts values next_values log_rhos baseline baseline_vmu baseline_star z z_mask".split())
 FIXED_TOL = 1e-8   # a linear solve: round-off times the condition number of I - M
 
 
@@ -89,6 +91,27 @@ def mean_atoms(p: Problem, mix: Array) -> Array:
              (vbar + jnp.sum(p.pi * (q_here - vbar[:, None]), -1))[None]]
     rows += [vbar[None] + jnp.sum(m * (q_here - vbar[:, None])[None], -1) for m in masses]
     return jnp.concatenate(rows)
+
+
+TERM_LABELS = ("reward: E_pi[r | s]", "reward: E_mu[r | s]", "bootstrap: E_pi[gamma Vbar(s') | s]",
+               "bootstrap: E_mu[gamma Vbar(s') | s]", "bootstrap: E_pi[Vbar(s') | s]", "bootstrap: E_mu[Vbar(s') | s]",
+               "baseline: Vbar(s)", "baseline: b(s)")
+TERM_GROUPS = (("the reward term", (0, 1)), ("the bootstrap term", (2, 3, 4, 5)), ("the baseline term", (6, 7)))
+
+
+def mean_terms(p: Problem, mix: Array) -> Array:
+    """The per-state terms a one-step target's mean is built from (:data:`TERM_LABELS`): the
+    expected reward and bootstrap (discounted, and undiscounted for a gamma written into the
+    target) under pi and under the behaviour law ``mix`` (mu; over the replay, the mixture),
+    Vbar and the cells' baseline b. [8, S]"""
+    mdp, vbar = p.mdp, p.vbar
+    r = mdp.R if mdp.R.ndim == 3 else mdp.R[:, :, None]
+    r_sa = jnp.sum(mdp.P * r, axis=-1)
+    boot_sa = ex.q_values(mdp, v=vbar) - r_sa
+    next_sa = jnp.einsum("sat,t->sa", mdp.P, vbar)
+    beh = behaviour_mass(p, mix, "none", None)
+    return jnp.stack([jnp.sum(m * x, -1) for x in (r_sa, boot_sa, next_sa) for m in (p.pi, beh)]
+                     + [vbar, p.baselines[1]])
 
 
 class _ClaimsView(NamedTuple):
@@ -188,6 +211,7 @@ class Extras(NamedTuple):
     grads: Array        # [len(GRAD_FIELDS)] max |d sum(w Y) / d field|
     atoms: Array        # [K + 1, n_atoms, S]
     atom_fixed: Array   # [2, n_atoms, S]
+    terms: Array        # [K + 1, 8, S] (mean_terms)
 
 
 def _mixes(p: Problem) -> Array:
@@ -216,12 +240,14 @@ def _claim_parts(p: Problem, claim: Claim) -> _ClaimParts:
         claim_ok=jax.vmap(lambda q: jnp.sum(behaviour_mass(p, q, claim.weight_kind, claim.c), -1) > 0)(last2))
 
 
-def _atoms(p: Problem) -> tuple[Array, Array]:
-    """The diagnosis atoms (claim-independent): means [K + 1, n, S] and fixed points [2, n, S]."""
+def _atoms(p: Problem) -> tuple[Array, Array, Array]:
+    """The diagnosis atoms (claim-independent): means [K + 1, n, S], fixed points [2, n, S]
+    and the mean terms [K + 1, 6, S]."""
     mixes = _mixes(p)
     last2 = mixes[NUM_VERSIONS - 1:]
     return (jax.vmap(lambda q: mean_atoms(p, q))(mixes),
-            affine_fixed_points(lambda pv: jax.vmap(lambda m: mean_atoms(pv, m))(last2), p)[0])
+            affine_fixed_points(lambda pv: jax.vmap(lambda m: mean_atoms(pv, m))(last2), p)[0],
+            jax.vmap(lambda q: mean_terms(p, q))(mixes))
 
 
 def problem_checks(key: Array, p: Problem, users: tuple, num_samples: int):
@@ -247,7 +273,7 @@ def problem_checks(key: Array, p: Problem, users: tuple, num_samples: int):
         fp_means.append(jnp.stack([_weighted(stale_fp, y_sf), _weighted(replay_fp, y_rf)], axis=1))
         grads.append(g)
     fixed, identified = solve_affine(jnp.stack(fp_means, axis=1))       # one solve for every target
-    atoms, atom_fixed = _atoms(p)
+    atoms, atom_fixed, terms = _atoms(p)
     extras = []
     for j, u in enumerate(users):
         # the exact moments of target_checks: every version (spec 2j), the replay (spec 2j + 1)
@@ -255,7 +281,7 @@ def problem_checks(key: Array, p: Problem, users: tuple, num_samples: int):
         variances = jnp.concatenate([checks.var[2 * j], checks.var[2 * j + 1][:1]])
         k = parts[u.claim.weight_kind, u.claim.c]
         extras.append(Extras(means, variances, k.claimed, fixed[j], identified[j], k.fixed_claim, k.claim_ok,
-                             grads[j], atoms, atom_fixed))
+                             grads[j], atoms, atom_fixed, terms))
     return checks, tuple(extras)
 
 
@@ -289,8 +315,10 @@ GRAPH = fast_jit(jax.vmap(problem_checks, in_axes=(0, 0, None, None)), static_ar
 # ------------------------------------------------------------------------------ rows
 
 
-def user_reports(users: Sequence[UserOneStep], outs: list, groups, num_samples: int) -> list[tuple[list[Row], list[str]]]:
-    """(rows, diagnosis lines) per user target, from the per-group graph outputs."""
+def user_reports(users: Sequence[UserOneStep], outs: list, groups, num_samples: int,
+                 loss_ready: bool = False) -> list[tuple[list[Row], list[str]]]:
+    """(rows, diagnosis lines) per user target, from the per-group graph outputs
+    (``loss_ready``: gradient through the target fails its row, else a warning)."""
     names = diagnose.mdp_names(groups)
     checks = [TargetCheck(*o[0]) for o in outs]
     labels = atom_labels()
@@ -316,13 +344,10 @@ def user_reports(users: Sequence[UserOneStep], outs: list, groups, num_samples: 
         ok_var = bool(np.all(np.isfinite(var)))
         rows.append(Row(f"{u.name}: Var(Y|s) finite", "user", "exact", len(var), float(np.max(var)), INF, ok_var,
                         f"median {np.median(var):.3g} over MDPs"))
-        g = np.max(grads, axis=0)
-        carrying = [f for f, x in zip(("rewards discounts values next_values log_rhos baseline baseline_vmu "
-                                       "baseline_star z z_mask").split(), g) if not x == 0.0]
-        rows.append(Row(f"{u.name}: stop_gradient (grad through Y = 0)", "Eq 4-11", "exact", len(grads),
-                        float(np.max(g)), 0.0, not carrying,
-                        ("gradient flows into " + ", ".join(carrying)) if carrying else "all inputs"))
-        diagnosis = _diagnosis(u, ex_, labels, carrying, rows)
+        row, warnings = diagnose.gradient_row(f"{u.name}: stop_gradient (grad through Y = 0)", len(grads),
+                                              np.max(grads, axis=0), GRAD_NAMES, loss_ready)
+        rows.append(row)
+        diagnosis = _diagnosis(u, ex_, labels, rows, groups) + warnings
         if u.claim.name == "any":
             rows = _as_any(rows, u, diagnosis)
         out.append((rows, diagnosis))
@@ -344,9 +369,9 @@ def _decorate(rows: list[Row], u: UserOneStep, errs: np.ndarray, names) -> list[
     return rows
 
 
-def _diagnosis(u: UserOneStep, ex_: list, labels: list[str], carrying: list[str], rows: list[Row]) -> list[str]:
-    """The diagnosis lines: which closed form the bias of the mean matches, the fixed point it
-    implies, and where gradient leaks."""
+def _diagnosis(u: UserOneStep, ex_: list, labels: list[str], rows: list[Row], groups) -> list[str]:
+    """The diagnosis lines: which closed form the bias of the mean matches and the fixed point
+    it implies."""
     lines = []
     bias = np.concatenate([(np.asarray(e.means) - np.asarray(e.claimed)).ravel() for e in ex_])
     atoms = np.concatenate([np.moveaxis(np.asarray(e.atoms) - np.asarray(e.claimed)[:, :, None, :], 2, 0)
@@ -367,9 +392,10 @@ def _diagnosis(u: UserOneStep, ex_: list, labels: list[str], carrying: list[str]
                                                        for e in ex_]))))
             lines.append(f"fixed point: max |V* - {u.claim.value_label}| = {dist:.3g}; V* = {_fixed_text(m.label)} "
                          f"(to {float(np.max(np.abs(fp - user_fp))):.1e})")
-    if carrying:
-        lines.append("the target is not a constant: gradient flows into " + ", ".join(carrying)
-                     + " (wrap it in jax.lax.stop_gradient; DESIGN.md §3)")
+        elif not m.explains_most:
+            lines += diagnose.where_bias([np.asarray(e.means) - np.asarray(e.claimed) for e in ex_],
+                                         [np.asarray(e.terms) for e in ex_], TERM_GROUPS,
+                                         diagnose.mdp_names(groups), EXACT_TOL * (1.0 + scale))
     return lines
 
 

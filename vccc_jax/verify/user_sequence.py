@@ -326,8 +326,9 @@ GRAPH = fast_jit(jax.vmap(seq_checks, in_axes=(0, 0, None, None, None)), static_
 # ------------------------------------------------------------------------------ rows
 
 
-def run(items: list, groups, keys, num_samples: int) -> list[tuple[list[Row], list[str]]]:
-    """(rows, diagnosis) per (name, kind, claim, wrapper) item, one graph per group."""
+def run(items: list, groups, keys, num_samples: int, loss_ready: bool = False) -> list[tuple[list[Row], list[str]]]:
+    """(rows, diagnosis) per (name, kind, claim, wrapper) item, one graph per group
+    (``loss_ready``: as :func:`diagnose.gradient_row`)."""
     from vccc_jax.verify.runner import make_problems_jit
 
     users = tuple(UserSequence(name, wrapped, claim) for name, _, claim, wrapped in items)
@@ -341,14 +342,14 @@ def run(items: list, groups, keys, num_samples: int) -> list[tuple[list[Row], li
         outs.append(jax.tree_util.tree_map(np.asarray, out))
     names = diagnose.mdp_names(groups_s)
     horizons = ", ".join(f"T={horizon(g)} on {g.kind}{g.num_states}x{g.num_actions}" for g in groups)
-    return [_report(u, [o[j] for o in outs], names, horizons, num_samples) for j, u in enumerate(users)]
+    return [_report(u, [o[j] for o in outs], names, horizons, num_samples, loss_ready) for j, u in enumerate(users)]
 
 
 def _cat(outs, field) -> np.ndarray:
     return np.concatenate([np.asarray(getattr(o, field)) for o in outs])
 
 
-def _report(u: UserSequence, outs: list[SeqOut], names, horizons: str, num_samples: int):
+def _report(u: UserSequence, outs: list[SeqOut], names, horizons: str, num_samples: int, loss_ready: bool):
     vl = u.claim.value_short
     rows = []
     ce = np.max(_cat(outs, "claim_err"), axis=-1)
@@ -372,16 +373,14 @@ def _report(u: UserSequence, outs: list[SeqOut], names, horizons: str, num_sampl
     var = np.concatenate([np.max(np.asarray(o.var0), axis=-1) for o in outs])
     rows.append(Row(f"{u.name}: Var(vs_0|s_0) finite", "user", "exact", len(var), float(np.max(var)), np.inf,
                     bool(np.all(np.isfinite(var))), f"median {np.median(var):.3g}"))
-    g = np.max(_cat(outs, "grads"), axis=0)
-    carrying = [f for f, x in zip(SEQ_FIELDS, g) if not x == 0.0]
-    rows.append(Row(f"{u.name}: stop_gradient (grad through vs, pg = 0)", "Eq 4-11", "exact", len(var),
-                    float(np.max(g)), 0.0, not carrying, ("gradient flows into " + ", ".join(carrying)) if carrying
-                    else "all inputs"))
+    row, warnings = diagnose.gradient_row(f"{u.name}: stop_gradient (grad through vs, pg = 0)", len(var),
+                                          np.max(_cat(outs, "grads"), axis=0), SEQ_FIELDS, loss_ready)
+    rows.append(row)
     spec = (TargetSpec(f"{u.name}: vs_0 at Vbar = {vl}", "Eq 11", None, None),)
     pad = [_pad(np.asarray(getattr(o, f))) for o in outs for f in ("z", "valid", "gap", "ncp")]
     z, valid, gap, ncp = (np.concatenate(pad[i::4]) for i in range(4))
     rows += sampled_rows(spec, z, valid, gap, ncp, num_samples)
-    diagnosis = _diagnosis(u, outs, rows, carrying)
+    diagnosis = _diagnosis(u, outs, rows) + warnings
     if u.claim.name == "any":
         for r in rows:
             if "fixed point" in r.name or "Vbar =" in r.name or r.kind == "sampled" or "pg_0" in r.name:
@@ -398,7 +397,7 @@ def _pad(x: np.ndarray) -> np.ndarray:
     return np.pad(x, ((0, 0), (0, 0), (0, MAX_STATES_PADDED - x.shape[-1])), constant_values=np.zeros((), x.dtype))
 
 
-def _diagnosis(u: UserSequence, outs: list[SeqOut], rows: list[Row], carrying: list[str]) -> list[str]:
+def _diagnosis(u: UserSequence, outs: list[SeqOut], rows: list[Row]) -> list[str]:
     lines = []
     labels = atom_labels()
     means = np.concatenate([np.asarray(o.means0).ravel() for o in outs])
@@ -423,7 +422,4 @@ def _diagnosis(u: UserSequence, outs: list[SeqOut], rows: list[Row], carrying: l
         mf = diagnose.match(fixed, fp, fp_labels(), 1.0)
         lines.append(f"fixed point: max |V* - {u.claim.value_label}| = {np.max(np.abs(fixed)):.3g}; "
                      + mf.sentence("V* - V_claim").replace("V* - V_claim matches", "V* is"))
-    if carrying:
-        lines.append("the target is not a constant: gradient flows into " + ", ".join(carrying)
-                     + " (wrap it in jax.lax.stop_gradient; DESIGN.md §3)")
     return lines
