@@ -187,6 +187,11 @@ def test_mid_rollout_switches_act_with_newer_versions():
         rollout_lib.rollout, env, env_params, net.apply, num_steps=16, switch_every=4,
         switch_stride=2))(buf, carry, jax.random.PRNGKey(2), lags=jnp.array([5, 0], jnp.int32))
     np.testing.assert_array_equal(traj.version[::4, 0], [3, 5, 7, 8])
+    lag_ref = [5]  # every step against a step-by-step loop: switches at t = 4, 8, 12 only
+    for t in range(1, 16):
+        lag_ref.append(max(lag_ref[-1] - 2, 0) if t % 4 == 0 else lag_ref[-1])
+    np.testing.assert_array_equal(traj.lag[:, 0], lag_ref)
+    np.testing.assert_array_equal(traj.version[:, 0], 8 - np.asarray(lag_ref))
     np.testing.assert_array_equal(traj.version[:, 1], 8)
     # every version's log-probs at every logged state, in one batched call
     stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *versions)

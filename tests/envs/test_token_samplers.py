@@ -259,3 +259,40 @@ def test_tied_samplers_draw_from_what_they_log():
         counts = np.bincount(tok, minlength=7)
         assert set(np.flatnonzero(counts)) == support
         assert stats.chisquare(counts[ref > 0], N * ref[ref > 0]).pvalue > ALPHA
+
+
+# ------------------------------------------------------------ hard mask (issue 27 §2)
+
+MASK_ROWS = np.asarray([[1, 0, 0, 1, 1, 0, 1],    # bans the argmax of every row below
+                        [0, 1, 1, 1, 0, 1, 0],
+                        [0, 0, 0, 0, 0, 0, 1],    # a single allowed token
+                        [1, 1, 1, 1, 1, 1, 1]], bool)
+MASK_SPECS = [dict(), dict(temperature=0.7), dict(top_k=2), dict(top_p=0.8), dict(top_k=3, top_p=0.6)]
+
+
+def test_hard_mask_support_equals_the_mask():
+    """The sampler's distribution under a hard mask against a NumPy reference (logits of the
+    banned tokens set to -inf, then ``np_sampler_probs``): its support is the mask (no
+    top-k / top-p) or a subset of it, never a banned token; greedy takes the argmax among the
+    allowed tokens; the sampled tokens are allowed ones."""
+    z = np.stack([TIED_ROWS[1], TIED_ROWS[2], TIED_ROWS[1], TIED_ROWS[0]])
+    assert all(not MASK_ROWS[i, np.argmax(z[i])] for i in range(2))
+    masked_z = np.where(MASK_ROWS, z, -np.inf)
+    for spec_kw in MASK_SPECS:
+        got = np.exp(np.asarray(sm.sampler_log_probs(jnp.asarray(z, jnp.float32),
+                                                     sm.SamplerSpec(**spec_kw), jnp.asarray(MASK_ROWS)), np.float64))
+        ref = np.stack([np_sampler_probs(row, **spec_kw) for row in masked_z])
+        np.testing.assert_array_equal(got > 0, ref > 0, err_msg=f"{spec_kw}")
+        np.testing.assert_allclose(got, ref, atol=1e-6, err_msg=f"{spec_kw}")
+        assert not np.any(got[~MASK_ROWS] > 0)
+        if not spec_kw.get("top_k") and spec_kw.get("top_p", 1.0) == 1.0:
+            np.testing.assert_array_equal(got > 0, MASK_ROWS)
+    greedy = np.exp(np.asarray(sm.sampler_log_probs(jnp.asarray(z, jnp.float32), sm.SamplerSpec(greedy=True),
+                                                    jnp.asarray(MASK_ROWS))))
+    np.testing.assert_array_equal(np.argmax(greedy, -1), np.argmax(masked_z, -1))
+    np.testing.assert_array_equal(greedy.max(-1), 1.0)
+    out = sm.sample(jax.random.PRNGKey(11), jnp.broadcast_to(jnp.asarray(z, jnp.float32), (256, 4, 7)),
+                    sm.SamplerSpec(), jnp.broadcast_to(jnp.asarray(MASK_ROWS), (256, 4, 7)))
+    tok = np.asarray(out.token)
+    assert np.all(MASK_ROWS[np.arange(4), tok])
+    assert {int(t) for t in tok[:, 1]} == set(np.flatnonzero(MASK_ROWS[1]))  # P(miss) <= 4 (5/6)^256 < 1e-19

@@ -396,3 +396,32 @@ def test_checkpoint_rejects_a_different_structure(tmp_path):
     checkpoint.save(tmp_path / "c", state)
     with pytest.raises(ValueError, match="leaves|leaf"):
         checkpoint.load(tmp_path / "c", _trainer(LAGGED).init())
+
+
+# -- Polyak target critic at tau != 1/2 (issue 27) ----------------------------------------
+
+POLYAK = TrainConfig(env="tabular:family=garnet,S=5,A=3,gamma=0.9,seed=2", gamma=0.9, num_envs=4,
+                     num_steps=8, num_minibatches=2, update_epochs=1, hidden=8, num_layers=1,
+                     lag="fixed:1", critic="vccc", critic_lr=1e-2, polyak=0.1,
+                     total_timesteps=4 * 8 * 3)
+
+
+def test_polyak_target_moves_by_tau_at_tau_one_tenth():
+    """Three single updates at tau = 0.1: the target starts as the critic and after each update
+    is (1 - tau) target + tau critic_new, leaf by leaf, against that recursion in float64
+    (at tau = 1/2 a swap of tau and 1 - tau is invisible; here it moves the target 9x too
+    far)."""
+    tau, tr = POLYAK.polyak, _trainer(POLYAK)
+    state = tr.init()
+    leaves = lambda tree: [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(  # noqa: E731
+        jax.device_get(tree))]
+    target = leaves(state.critic_params)
+    assert all(np.array_equal(a, b) for a, b in zip(leaves(state.target_critic_params), target))
+    for _ in range(3):
+        before = leaves(state.critic_params)
+        state, _ = tr.train(state, 1)
+        critic = leaves(state.critic_params)
+        assert max(np.max(np.abs(c - b)) for c, b in zip(critic, before)) > 1e-3  # the critic moved
+        target = [(1 - tau) * t + tau * c for t, c in zip(target, critic)]
+        for got, want in zip(leaves(state.target_critic_params), target):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -55,6 +55,64 @@ LIBRARY = (
 EXAMPLES = (("corrected_target", "vpi", True),)
 
 
+# -- targets biased one-signed: right for their claim but for + or - OFFSET everywhere ----
+OFFSET = 0.5  # |bias| of the one-step and sequence targets; the actor's weight is off by 10%
+WEIGHTS = {  # the weight of Eq 8 / Eq 10 written here: ratio, truncated at c, masked to [1/c, c]
+    "ratio": lambda rho, c: rho,
+    "truncate": lambda rho, c: jnp.minimum(rho, c),
+    "mask": lambda rho, c: jnp.where((rho >= 1.0 / c) & (rho <= c), rho, 0.0),
+}
+SIGNS = {"neg": -1.0, "pos": 1.0}
+
+
+def _shifted_one_step(kind, sign, claim):
+    def target(rewards, discounts, values, next_values, log_rhos, clip):
+        w = WEIGHTS[kind](jnp.exp(log_rhos), clip)
+        return jax.lax.stop_gradient(values + w * (rewards + discounts * next_values - values) + SIGNS[sign] * OFFSET)
+
+    target.__name__ = f"shifted_{kind}_{sign}_{claim.split(':')[0]}"
+    return target
+
+
+def _shifted_sequence(sign, claim):
+    def target(seq, clip, options):  # V-trace, rho_bar = c (the fixed point), c_bar = 1
+        out = E.vtrace(seq.log_rhos, seq.discounts, seq.rewards, seq.values, seq.bootstrap_value,
+                       clip_rho_threshold=clip, clip_c_threshold=1.0, clip_pg_rho_threshold=clip)
+        return out.vs + SIGNS[sign] * OFFSET, out.pg_advantages + SIGNS[sign] * OFFSET
+
+    target.__name__ = f"shifted_vtrace_{sign}_{claim.split(':')[0]}"
+    return target
+
+
+def _scaled_actor(sign, claim):
+    def target(log_rhos, advantages, clip):  # Eq 12's ratio weight, 10% too large / small
+        return (1.0 + 0.2 * SIGNS[sign] * OFFSET) * jnp.exp(log_rhos)
+
+    target.__name__ = f"scaled_ratio_{sign}_{claim}"
+    return target
+
+
+def overflowing_variance(rewards, discounts, values, next_values, log_rhos):
+    """Eq 8 plus 1e200 on the cells with rho > 1: finite values, Var(Y|s) beyond float64."""
+    y = values + jnp.exp(log_rhos) * (rewards + discounts * next_values - values)
+    return jax.lax.stop_gradient(y + jnp.where(log_rhos > 0, 1e200, 0.0))
+
+
+def overflowing_vtrace(seq, clip, options):
+    """V-trace plus 1e200 where rho_t > 1: Var(vs_0|s_0) beyond float64."""
+    out = E.vtrace(seq.log_rhos, seq.discounts, seq.rewards, seq.values, seq.bootstrap_value,
+                   clip_rho_threshold=None, clip_c_threshold=1.0, clip_pg_rho_threshold=None)
+    return out.vs + jnp.where(seq.log_rhos > 0, 1e200, 0.0)
+
+
+ONE_STEP_CLAIMS = (("vpi", "ratio"), ("clipped:2", "truncate"), ("masked:2", "mask"), ("any", "ratio"))
+SHIFTED = tuple((_shifted_one_step(kind, sign, claim), claim) for claim, kind in ONE_STEP_CLAIMS for sign in SIGNS)
+SHIFTED += tuple((_shifted_sequence(sign, claim), claim) for claim, sign in (("vpi", "neg"), ("clipped:2", "pos"),
+                                                                     ("any", "neg")))
+SHIFTED += ((overflowing_variance, "vpi"), (overflowing_vtrace, "vpi"))
+SHIFTED += tuple((_scaled_actor(sign, claim), claim) for claim, sign in (("vpi", "neg"), ("any", "pos")))
+
+
 @pytest.fixture(scope="module")
 def reports():
     """Gallery, library and example targets: one graph per kind (one-step, sequence, actor)."""
@@ -62,9 +120,12 @@ def reports():
     targets += [U.Target(fn, claim=claim, kwargs=kw) for fn, claim, kw, _, _ in LIBRARY]
     targets += [U.Target(f"{ROOT / EXAMPLE}:{name}", claim=claim) for name, claim, _ in EXAMPLES]
     targets += [U.Target(wrong.truncated_at_1_5, claim="any"), U.Target(wrong.missing_stop_gradient)]
-    out = V.check_all(targets, key=KEY, groups=(GROUP,), num_samples=SAMPLES)
-    n, m = len(wrong.GALLERY), len(LIBRARY)
-    return out[:n], out[n:n + m], out[n + m:n + m + len(EXAMPLES)], out[-2], out[-1]
+    targets += [U.Target(fn, claim=claim) for fn, claim in SHIFTED]
+    with np.errstate(over="ignore", invalid="ignore"):  # the overflowing_* targets overflow by design
+        out = V.check_all(targets, key=KEY, groups=(GROUP,), num_samples=SAMPLES)
+    n, m, e = len(wrong.GALLERY), len(LIBRARY), len(EXAMPLES)
+    shifted = dict(zip([fn.__name__ for fn, _ in SHIFTED], out[n + m + e + 2:]))
+    return out[:n], out[n:n + m], out[n + m:n + m + e], out[n + m + e], out[n + m + e + 1], shifted
 
 
 def _failing(report):
@@ -314,3 +375,87 @@ def test_report_json_is_strict(reports):
     assert json.loads(text)["passed"] is False
     var = next(r for r in doc["rows"] if "Var" in r["name"])
     assert var["tolerance"] == "inf" and np.isfinite(var["error"])
+
+
+# -- verify's own judgement: one-signed bias under every claim, every row can fail (issue 27)
+
+
+def _rows(report, fragment, kind="exact"):
+    rows = [r for r in report.rows if fragment in r.name and r.kind == kind]
+    assert rows, (fragment, report.format())
+    return rows
+
+
+@pytest.mark.parametrize("claim, kind", ONE_STEP_CLAIMS, ids=[c for c, _ in ONE_STEP_CLAIMS])
+@pytest.mark.parametrize("sign", list(SIGNS))
+def test_one_signed_bias_fails_every_claim(reports, claim, kind, sign):
+    """A one-step target that is right for its claim but for a constant +-OFFSET fails, whatever
+    the sign: under vpi / clipped:2 / masked:2 the exact mean rows (stalest version and replay)
+    report max |bias| = OFFSET, and the fixed-point rows fail (V* - V_claim = (I - M)^-1 OFFSET,
+    at least OFFSET in size); under ``any`` the mean rows are information only and the
+    closed-form row fails (a bias of one sign is still a bias: |bias|, not bias, is judged)."""
+    report = reports[5][f"shifted_{kind}_{sign}_{claim.split(':')[0]}"]
+    assert not report.passed, report.format()
+    assert report.claim == claim
+    means = _rows(report, "E[Y|s] =")
+    fixed = _rows(report, "fixed point =")
+    assert len(means) == 2 and len(fixed) == 2
+    for r in means:
+        assert abs(r.error - OFFSET) < 1e-9, report.format()
+    for r in fixed:
+        assert r.error >= OFFSET * (1 - 1e-9), report.format()
+    if claim == "any":
+        assert all(r.passed and "no claim (any)" in r.detail for r in means + fixed), report.format()
+        (known,) = _rows(report, "is a known closed form")
+        assert not known.passed and "no bias" not in report.diagnosis[0], report.format()
+    else:
+        assert not any(r.passed for r in means + fixed), report.format()
+        assert "no bias" not in report.diagnosis[0], report.format()
+
+
+def test_one_signed_bias_fails_the_sequence_and_actor_claims(reports):
+    """The same for the other kinds: V-trace (rho_bar = c) shifted by +-OFFSET fails its exact
+    prefix-mean and fixed-point rows under vpi and clipped:2 and its closed-form row under
+    ``any``; Eq 12's ratio weight scaled by 1 -+ 0.1 fails both update rows under vpi and the
+    closed-form row under ``any``."""
+    sh = reports[5]
+    for name in ("shifted_vtrace_neg_vpi", "shifted_vtrace_pos_clipped"):
+        report = sh[name]
+        assert not report.passed and report.kind == "sequence", report.format()
+        for fragment in ("] = V^p", ": fixed point ="):
+            (row,) = _rows(report, fragment)
+            assert not row.passed and row.error >= OFFSET * (1 - 1e-9), report.format()
+    (known,) = _rows(sh["shifted_vtrace_neg_any"], "is a known closed form")
+    assert not known.passed, sh["shifted_vtrace_neg_any"].format()
+    vpi, any_ = sh["scaled_ratio_neg_vpi"], sh["scaled_ratio_pos_any"]
+    assert vpi.kind == any_.kind == "actor" and not vpi.passed and not any_.passed
+    updates = _rows(vpi, ": update =")
+    assert len(updates) == 2 and all(not r.passed and abs(r.error - 0.1) < 1e-6 for r in updates), vpi.format()
+    (known,) = _rows(any_, "the update is a known closed form")
+    assert not known.passed, any_.format()
+
+
+def _template(report, row) -> tuple[str, str]:
+    """(kind, the row's name without the target's name and the claimed value): one entry per
+    row of a report, whatever the target and claim."""
+    target, _, rest = row.name.partition(": ")
+    replay = " (replay)" if target.endswith(" (replay)") else ""
+    return report.kind, f"{row.kind}{replay}: {rest.split(' = ')[0]}"
+
+
+def test_every_row_of_every_kind_can_fail(reports):
+    """Each row a user report can show (one-step, sequence, actor; exact and sampled) fails
+    for at least one target of this module: no row passes whatever it is given. (The
+    stop-gradient rows fail only under --loss-ready: ``diagnose.gradient_row``, whose rule is
+    tested in test_diagnose.py.)"""
+    everything = [*reports[0], *reports[1], *reports[2], reports[3], reports[4], *reports[5].values()]
+    seen, failed = set(), set()
+    for report in everything:
+        for row in report.rows:
+            if ": stop_gradient" in row.name:
+                continue
+            seen.add(_template(report, row))
+            if not row.passed:
+                failed.add(_template(report, row))
+    assert len({k for k, _ in seen}) == 3 and len(seen) >= 19, sorted(seen)  # 19 row families (2026-12-02)
+    assert seen == failed, sorted(seen - failed)
