@@ -100,3 +100,11 @@ def test_gradient_row_warns_unless_a_loss_ready_target_is_asked_for(grads, named
     (line,) = lines
     assert line.startswith("warning:") != loss_ready and "jax.lax.stop_gradient" in line
     assert "docs/layout.md" in line and "DESIGN.md" not in line
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_a_non_finite_bias_matches_no_known_form(bad):
+    """An overflowing user target (bias inf) once matched the first atom exactly (inf <= inf)."""
+    atoms = np.array([[np.inf, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    m = D.match(np.array([bad, 1.0, 0.0]), atoms, ["uncorrected", "other"])
+    assert not m.exact and m.explained == 0.0 and "not finite" in m.label

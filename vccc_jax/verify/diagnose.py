@@ -60,7 +60,11 @@ class Match:
 def match(bias: np.ndarray, atoms: np.ndarray, labels: Sequence[str], scale: float = 1.0) -> Match:
     """Least-squares match of ``bias`` [N] against ``atoms`` [n, N] (each the exact bias of a
     known estimator on the same problems)."""
-    e = np.nan_to_num(np.asarray(bias, float).ravel())
+    raw = np.asarray(bias, float).ravel()
+    if not np.all(np.isfinite(raw)):  # an overflowing mean matches nothing (inf <= inf is no match)
+        return Match("no known form: the bias is not finite (the target's mean overflows or is NaN)",
+                     0.0, float("inf"), False, float("inf"))
+    e = raw
     d = np.nan_to_num(np.asarray(atoms, float).reshape(len(labels), -1))
     ne = float(np.linalg.norm(e))
     if ne == 0.0:
