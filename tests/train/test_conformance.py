@@ -222,10 +222,12 @@ def test_prepared_batch_equals_the_library(env, critic, baseline, advantage):
 # -- actor side: pi_old routes, actor weights, advantages, losses and gradients -------------
 
 # (actor row, pi_old route): the Eq 10 rows (with and without Eq 13 centring), token rows
-# with a trust region (IcePop) and without (CISPO), per-update rows (sequence TIS; AReaL
-# with its per-token lags), over the routes "" (pi_k), "behaviour" (mu) and "exact"
+# with a trust region (IcePop) and without (CISPO), per-update rows (sequence TIS; TOPR, whose
+# weight reads the sign of the batch-normalised advantage; AReaL with its per-token lags),
+# over the routes "" (pi_k), "behaviour" (mu) and "exact"
 ACTORS = [("truncate", ""), ("centered-truncate", "behaviour"), ("mask", "exact"),
-          ("icepop", "exact"), ("cispo", ""), ("seq_tis", "behaviour"), ("areal", "exact")]
+          ("icepop", "exact"), ("cispo", ""), ("seq_tis", "behaviour"), ("topr", ""),
+          ("areal", "exact")]
 
 
 def _route(route: str, traj):
