@@ -45,8 +45,9 @@ def test_the_claims_are_not_vacuous(numbers):
     assert np.max(np.abs(numbers["gae"][1])) > 1e-2
     assert np.max(np.abs(numbers["actor gradient"][1])) > 1e-3
     assert np.max(np.abs(numbers["actor gradient icepop"][1])) > 1e-3
-    w = numbers["actor weights seq_tis"][1]
-    assert (w == sec.CLIP).any() and (w < sec.CLIP).any()  # sequence weights clip and do not
+    assert np.max(np.abs(numbers["actor gradient centered-truncate"][1])) > 1e-3
+    w = numbers["actor weights topr"][1]
+    assert (w == 1.0).any() and (w < 0.5).any()  # TOPR: 1 on A >= 0, min(R, 1) on A < 0
     assert np.max(np.abs(numbers["log_rhos"][1])) > 1.0
 
 

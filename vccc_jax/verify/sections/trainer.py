@@ -18,9 +18,10 @@ and gradients, and the rows compare them with:
   -sum d0 q mu min(rho, c) rho (Q - Vbar) grad log pi;
 - equal to the library (the same batch through ``estimators`` directly, inputs built here
   from the tables): log-ratios, Vbar, every critic target above (Z(s) from
-  ``tabular.exact.z_and_clipped_policy``), a per-update actor row's weights (sequence TIS),
-  the actor loss and gradient of a trust-region token row (IcePop x PPO, pi_old = pi_k)
-  at perturbed parameters.
+  ``tabular.exact.z_and_clipped_policy``), a per-update actor row's weights (TOPR, on
+  batch-normalised advantages), the actor loss and gradient of a trust-region token row
+  (IcePop x PPO) and of Eq 13 centred truncation x PPO, pi_old = pi_k, at perturbed
+  parameters.
 
 Layering: this module imports ``train`` (rank 3); ``verify`` ranks above it (4), so the
 checker sits above what it checks (tests/test_layering.py). Every call builds fresh
@@ -59,7 +60,7 @@ BASE = TrainConfig(env=SPEC, gamma=0.9, num_envs=2, num_steps=T, num_minibatches
 # (critic, baseline): the one-step rows and V-trace, each under its exact claim
 CRITICS = (("vccc", "value"), ("uncorrected", "value"), ("truncated", "value"),
            ("centered_baseline", "zero"), ("vtrace", "value"))
-ACTORS = (("truncate", ""), ("icepop", ""), ("seq_tis", ""))
+ACTORS = (("truncate", ""), ("icepop", ""), ("centered-truncate", ""), ("topr", ""))
 
 
 def _f64(tree):
@@ -199,28 +200,34 @@ def _numbers(key, trainers: dict, actors: dict) -> dict:
             closed = jax.grad(lambda p: -jnp.sum(jax.lax.stop_gradient(coeff / S) * jax.nn.log_softmax(
                 t.actor_logits(p, obs), -1)))(actor)
             out["actor gradient"] = (grad(actor), closed)
-        elif name == ("seq_tis", ""):  # weights of the whole update, at pi_old = pi_k
+        elif name == ("topr", ""):  # sequence weights of the whole update, at pi_old = pi_k,
+            # reading the sign of the batch-normalised advantages
             starts = jnp.stack([jnp.ones_like(traj.terminated[0]), mdp.terminal[ix["s1"]] > 0])
             adv = ct.vccc_target(x["rewards"], x["discounts"], x["values"], x["next_values"],
                                  x["log_rhos"]) - x["values"]
-            w = actor_registry.get_actor_correction("seq_tis")(
-                x["log_rhos"], adv, clip=CLIP, starts=starts)
-            out["actor weights seq_tis"] = (batch.actor_weight, w)
-        else:  # IcePop x PPO trust region (pi_old = pi_k), at perturbed parameters
-            row = actor_registry.get_actor_correction("icepop")
+            adv = (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+            w = actor_registry.get_actor_correction("topr")(x["log_rhos"], adv, starts=starts)
+            out["actor weights topr"] = (batch.actor_weight, w)
+        else:  # IcePop x PPO / Eq 13 centred truncation x PPO (pi_old = pi_k), theta != pi_k
             log_mu0 = log_mus[ix["i"], ix["s0"], ix["a0"]]
             log_old0 = log_pi[ix["s0"], ix["a0"]]
 
-            def ref_loss(p):
+            def ref_loss(p, kind=name[0]):
                 log_pi_th = jax.nn.log_softmax(t.actor_logits(p, obs[ix["s0"]]), -1)
                 lp = jnp.take_along_axis(log_pi_th, ix["a0"][:, None], -1)[:, 0]
                 adv = mb.advantages
-                return actor_lib.policy_loss(lp, log_mu0, adv, kind="ratio", ppo_epsilon=EPS,
-                                             log_pi_old=log_old0, weights=row(log_old0 - log_mu0, adv))
+                if kind == "icepop":
+                    w = actor_registry.get_actor_correction("icepop")(log_old0 - log_mu0, adv)
+                    return actor_lib.policy_loss(lp, log_mu0, adv, kind="ratio", ppo_epsilon=EPS,
+                                                 log_pi_old=log_old0, weights=w)
+                c = actor_lib.centering_term(log_pi_th, log_mus[ix["i"], ix["s0"]], kind="truncate",
+                                             clip=CLIP, log_pi_old_all=log_pi[ix["s0"]])
+                return actor_lib.policy_loss(lp, log_mu0, adv, kind="truncate", clip=CLIP,
+                                             ppo_epsilon=EPS, log_pi_old=log_old0, centering=c)
 
-            out["actor loss icepop"] = (jnp.stack([t._actor_loss(theta, mb)[0]]),
-                                        jnp.stack([ref_loss(theta)]))
-            out["actor gradient icepop"] = (grad(theta), jax.grad(ref_loss)(theta))
+            out[f"actor loss {name[0]}"] = (jnp.stack([t._actor_loss(theta, mb)[0]]),
+                                            jnp.stack([ref_loss(theta)]))
+            out[f"actor gradient {name[0]}"] = (grad(theta), jax.grad(ref_loss)(theta))
     return out
 
 
@@ -245,9 +252,13 @@ ROWS = (  # (key, row name, equation, detail)
     ("library target ('centered_baseline', 'zero')", "trainer targets = library: Z-centred",
      "Sec 4.2", "Z(s) from tabular.exact"),
     ("library target ('vtrace', 'value')", "trainer targets = library: vtrace", "Eq 11", ""),
-    ("actor weights seq_tis", "trainer actor weights = library: seq_tis", "A3", "per update"),
+    ("actor weights topr", "trainer actor weights = library: topr", "A5", "per update"),
     ("actor loss icepop", "trainer actor loss = library: icepop x PPO", "A2", "theta != pi_k"),
     ("actor gradient icepop", "trainer actor grad = library: icepop x PPO", "A2", "theta != pi_k"),
+    ("actor loss centered-truncate", "trainer actor loss = library: centred TIS x PPO", "Eq 13",
+     "theta != pi_k"),
+    ("actor gradient centered-truncate", "trainer actor grad = library: centred TIS x PPO",
+     "Eq 13", "theta != pi_k"),
 )
 
 
@@ -256,7 +267,8 @@ def trainer_numbers(key) -> dict:
     module is what gets checked)."""
     trainers = {(c, b): Trainer(BASE.replace(critic=c, baseline=b, advantage="target" if c == "vccc"
                                         else "gae")) for c, b in CRITICS}
-    actors = {(a, r): Trainer(BASE.replace(actor=a, pi_old_route=r, advantage="target"))
+    actors = {(a, r): Trainer(BASE.replace(actor=a, pi_old_route=r, advantage="target",
+                                           normalize_advantages=a == "topr"))
               for a, r in ACTORS}
     with jax.enable_x64(True):
         out = fast_jit(lambda k: _numbers(k, trainers, actors))(key)
