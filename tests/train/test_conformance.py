@@ -18,11 +18,15 @@ from the ``estimators.actor_registry`` row, the actor loss from ``estimators.act
 policy_loss`` (+ ``centering_term``), the critic loss 0.5 (V - y)^2, gradients by jax.grad
 of the reference losses (evaluated at perturbed parameters, so the PPO ratio is not 1).
 
-Tolerance: float32, the same arithmetic in two XLA programs: rtol 1e-5 on values (2e-4 on
-gradients, whose tiny components are sums of cancelling terms), atol 1e-6 x scale.
-Bugs each test catches (injected, then reverted; issue 27): learner log_rhos sign flip,
-Z(s) with pi and mu swapped, clip of the truncated target ignored, pi_old route misread,
-the per-update actor row fed raw (unnormalised) advantages, ...
+Tolerance: float32, the same arithmetic in two XLA programs: rtol 1e-5 on values (1e-4 on
+losses and 2e-4 on gradients, whose small components are sums of cancelling terms).
+One-line bugs injected (then reverted) and the first test that fails (issue 27):
+learner.py log_rhos = log mu - log pi_old and log_mu_all := log_pi_all (prepared batch:
+uncorrected-value-gae); targets.py Z(s) with pi and mu swapped (centered_baseline-zero-target),
+rho_bar / c_bar swapped in V-trace (vtrace-value-target), b = 0 ignored for vccc
+(vccc-zero-gae); actor_weights.py trust-region w from pi_theta instead of pi_old
+(icepop-exact), per-update advantages not normalised (topr-pik); learner.py centring without
+pi_old (centered-truncate-behaviour).
 """
 
 import functools
