@@ -14,8 +14,8 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "vccc_jax"
 RANK = {
-    "estimators": 0, "tabular": 1, "pipeline": 1, "envs": 2, "train": 3, "verify": 3,
-    "analysis": 4, "testing": 4, "plotting": 5, "runs": 5, "benchmarks": 5, "commands": 6, "cli": 7,
+    "estimators": 0, "tabular": 1, "pipeline": 1, "envs": 2, "train": 3, "verify": 4,
+    "analysis": 4, "testing": 5, "plotting": 5, "runs": 5, "benchmarks": 5, "commands": 6, "cli": 7,
 }
 TOP = {"__init__": -1}  # vccc_jax/__init__.py: the package root, imports nothing of ours
 

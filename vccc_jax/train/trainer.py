@@ -442,7 +442,6 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
         """One rollout + learning phase for one seed. ``idx`` is the (unbatched) update index."""
         cfg = self.config
         key, k_lag, k_roll, k_perm, k_gt = jax.random.split(state.key, 5)
-        T = cfg.num_steps
 
         # 1. rollout with stale versions (+ replayed rollouts: the learner's batch ltraj)
         env_carry, traj = self._rollout(state.actor_params, state.versions, state.env, k_roll,
@@ -456,7 +455,6 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
                 self.actor_logits(state.actor_params, o), axis=-1)
             ltraj, valid = replay_lib.combine(state.replay, traj, fresh_version, state.update,
                                               log_pi_fn)
-        n_cols = ltraj.action.shape[1]
 
         # 2-3. Vbar, ratios, critic targets, actor advantages; the actor's pi_old
         vbar_params = state.target_critic_params if cfg.polyak is not None else state.critic_params
@@ -470,21 +468,7 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             gt_metrics = self._ground_truth(state, traj, k_gt, idx)
 
         # 5. epochs x minibatches over the [T, B] batch (env-local shuffles)
-        actor_w = critic_w = None
-        if self.masked:
-            critic_w = jnp.ones((T, n_cols), jnp.float32) if valid is None else valid
-            actor_w = critic_w
-            if ltraj.is_action is not None:
-                actor_w = critic_w * ltraj.is_action.astype(jnp.float32)
-        batch = Batch(
-            obs=ltraj.obs, action=ltraj.action, log_mu=prep.log_mu, log_pi_old=log_pi_old,
-            log_mu_all=prep.inputs.log_mu_all, log_pi_old_all=log_pi_old_all,
-            advantages=prep.advantages, targets=prep.targets, critic_w=critic_w,
-            actor_w=actor_w,
-            log_rho=prep.inputs.transitions.log_rhos if self.baseline_net else None,
-            bstar_h=prep.bstar_h if self.baseline_net else None,
-            actor_weight=self._update_actor_weights(ltraj, prep, log_pi_old, actor_w),
-        )
+        batch = self._learner_batch(ltraj, prep, valid, log_pi_old, log_pi_old_all)
         learn = (state.actor_params, state.critic_params, state.actor_opt_state,
                  state.critic_opt_state, state.baseline_params, state.baseline_opt_state)
         if cfg.critic_first:
@@ -543,6 +527,25 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
             ewma=ewma,
         )
         return new_state, metrics
+
+    def _learner_batch(self, ltraj, prep: Prepared, valid, log_pi_old, log_pi_old_all) -> Batch:
+        """The update's learner :class:`Batch` [T, B, ...]: sample weights (replay validity,
+        tool steps), pi_old (:meth:`_pi_old`) and a per-update actor row's weights."""
+        actor_w = critic_w = None
+        if self.masked:
+            critic_w = jnp.ones(ltraj.action.shape, jnp.float32) if valid is None else valid
+            actor_w = critic_w
+            if ltraj.is_action is not None:
+                actor_w = critic_w * ltraj.is_action.astype(jnp.float32)
+        return Batch(
+            obs=ltraj.obs, action=ltraj.action, log_mu=prep.log_mu, log_pi_old=log_pi_old,
+            log_mu_all=prep.inputs.log_mu_all, log_pi_old_all=log_pi_old_all,
+            advantages=prep.advantages, targets=prep.targets, critic_w=critic_w,
+            actor_w=actor_w,
+            log_rho=prep.inputs.transitions.log_rhos if self.baseline_net else None,
+            bstar_h=prep.bstar_h if self.baseline_net else None,
+            actor_weight=self._update_actor_weights(ltraj, prep, log_pi_old, actor_w),
+        )
 
     def _fixed_rows(self, batch: Batch) -> Batch:
         """The [T B] time-major rows the route diagnostics split into ``num_minibatches``

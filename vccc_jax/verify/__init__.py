@@ -34,7 +34,9 @@ Layout
                      the token testbed (Eq 5 with tool steps, Sec 7 top-k / raw-logits
                      biases), BRACE, decoupled-correction routes, RAC and PS-PPO claims (the
                      tabular operators), and each comparator's LIBRARY estimator
-                     (``estimators.related``) against its exact operator: ``*_library``
+                     (``estimators.related``) against its exact operator: ``*_library``;
+                     ``trainer``: the trainer's own code path (``train``) on every enumerated
+                     path of an exact tabular env, against the closed forms and the library
 - :mod:`.targets`    one-step targets vs their claims, exact and sampled
 - :mod:`.stats`      KS / binomial / chi-square via scipy.stats
 - :mod:`.runner`     :func:`run_verify`;  :mod:`.report` :class:`Row`, :func:`format_table`
