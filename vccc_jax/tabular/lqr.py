@@ -120,11 +120,23 @@ def random_lqr(key: chex.PRNGKey, n: int = 2, m: int = 1, gamma: float = 0.9,
                s0_mean=0.3 * jax.random.normal(km, (n,)), s0_cov=jnp.eye(n))
 
 
+def lead(v: Array, x: Array) -> Array:
+    """A vector v [d] shaped to broadcast against x [..., d] (explicit ranks: the project runs
+    with rank promotion raising)."""
+    return jnp.reshape(v, (1,) * (jnp.ndim(x) - 1) + jnp.shape(v))
+
+
+def mean_action(pol: GaussianPolicy, s: Array) -> Array:
+    """K s + k0, [..., m] for s [..., n]."""
+    m = s @ pol.gain.T
+    return m + lead(pol.offset, m)
+
+
 def distribution(pol: GaussianPolicy, s: Array) -> distrax.MultivariateNormalDiag:
     """pi(. | s) for states s [..., n] as a distrax distribution (batch shape [...])."""
-    return distrax.MultivariateNormalDiag(loc=s @ pol.gain.T + pol.offset,
-                                          scale_diag=jnp.broadcast_to(jnp.exp(pol.log_std),
-                                                                      s.shape[:-1] + pol.log_std.shape))
+    loc = mean_action(pol, s)
+    return distrax.MultivariateNormalDiag(
+        loc=loc, scale_diag=jnp.broadcast_to(lead(jnp.exp(pol.log_std), loc), loc.shape))
 
 
 def reward(lqr: LQR, s: Array, a: Array) -> Array:

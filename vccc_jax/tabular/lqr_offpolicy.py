@@ -62,7 +62,8 @@ def _gh(order: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
 
 def noise_variance(lqr: lq.LQR, vbar: lq.Quadratic, x: Array) -> Array:
     """Var_w[Vbar(x + w)], w ~ N(0, W): (2Px + p)'W(2Px + p) + 2 tr(PWPW), [...]."""
-    g = 2.0 * x @ vbar.mat + vbar.vec
+    g = 2.0 * x @ vbar.mat
+    g = g + lq.lead(vbar.vec, g)
     pw = vbar.mat @ lqr.w
     return jnp.einsum("...i,ij,...j->...", g, lqr.w, g) + 2.0 * jnp.trace(pw @ pw)
 
@@ -78,9 +79,9 @@ def vccc_variance(lqr: lq.LQR, pi: lq.GaussianPolicy, mu: lq.GaussianPolicy, vba
     + m_mu^2 / (2 v_mu)), h = lam mt; g = E_w[(H - Vbar(s))^2] = (Qbar - Vbar)^2 +
     gamma^2 Var_w[Vbar(s')], a polynomial of degree 4 in a (Gauss-Hermite order 3: exact).
     """
-    mp, mm = s @ pi.gain.T + pi.offset, s @ mu.gain.T + mu.offset
-    vp, vm = jnp.exp(2.0 * pi.log_std), jnp.exp(2.0 * mu.log_std)
-    lam = 2.0 / vp - 1.0 / vm
+    mp, mm = lq.mean_action(pi, s), lq.mean_action(mu, s)             # [N, m]
+    vp, vm = jnp.exp(2.0 * pi.log_std)[None], jnp.exp(2.0 * mu.log_std)[None]
+    lam = 2.0 / vp - 1.0 / vm                                         # [1, m]
     finite = jnp.all(lam > 0)
     lam = jnp.where(lam > 0, lam, 1.0)
     h = 2.0 * mp / vp - mm / vm
@@ -88,7 +89,7 @@ def vccc_variance(lqr: lq.LQR, pi: lq.GaussianPolicy, mu: lq.GaussianPolicy, vba
                          + 0.5 * h ** 2 / lam - mp ** 2 / vp + 0.5 * mm ** 2 / vm, axis=-1)
     qbar = lq.action_value(lqr, vbar)
     nodes, wts = _gh(3, lqr.m)
-    a = (h / lam)[:, None, :] + jnp.asarray(nodes)[None] / jnp.sqrt(lam)
+    a = (h / lam)[:, None, :] + jnp.asarray(nodes)[None] / jnp.sqrt(lam)[None]
     ss = jnp.broadcast_to(s[:, None, :], a.shape[:2] + s.shape[-1:])
     d = qbar(jnp.concatenate([ss, a], -1)) - vbar(ss)
     x = ss @ lqr.a.T + a @ lqr.b.T
