@@ -86,7 +86,12 @@ class Quadratic(NamedTuple):
 
     def __call__(self, x: Array) -> Array:
         """f at x [..., d] -> [...]."""
-        return (jnp.einsum("...i,ij,...j->...", x, self.mat, x) + x @ self.vec + self.const)
+        return _quad_eval(self, x)
+
+
+@jax.jit
+def _quad_eval(f: Quadratic, x: Array) -> Array:
+    return jnp.einsum("...i,ij,...j->...", x, f.mat, x) + x @ f.vec + f.const
 
 
 def check(lqr: LQR, *pols: GaussianPolicy) -> None:
@@ -139,6 +144,7 @@ def distribution(pol: GaussianPolicy, s: Array) -> distrax.MultivariateNormalDia
         loc=loc, scale_diag=jnp.broadcast_to(lead(jnp.exp(pol.log_std), loc), loc.shape))
 
 
+@jax.jit
 def reward(lqr: LQR, s: Array, a: Array) -> Array:
     """r(s, a) = -(s'Qs + a'Ra), [...]."""
     return -(jnp.einsum("...i,ij,...j->...", s, lqr.q, s) + jnp.einsum("...i,ij,...j->...", a, lqr.r, a))
@@ -151,6 +157,7 @@ def step(lqr: LQR, s: Array, a: Array, key: chex.PRNGKey) -> Array:
     return s @ lqr.a.T + a @ lqr.b.T + noise
 
 
+@jax.jit
 def closed_loop_radius(lqr: LQR, pol: GaussianPolicy) -> Array:
     """sqrt(gamma) * spectral radius of A + BK: V^pi and d_pi are finite iff it is < 1."""
     return jnp.sqrt(lqr.gamma) * jnp.max(jnp.abs(jnp.linalg.eigvals(lqr.a + lqr.b @ pol.gain)))
@@ -160,6 +167,7 @@ def _sym(x: Array) -> Array:
     return 0.5 * (x + x.T)
 
 
+@jax.jit
 def action_value(lqr: LQR, vbar: Quadratic) -> Quadratic:
     """Qbar(s, a) = r(s, a) + gamma E[Vbar(s') | s, a], a quadratic over z = (s, a) [n + m]."""
     n, m = lqr.n, lqr.m
@@ -170,6 +178,7 @@ def action_value(lqr: LQR, vbar: Quadratic) -> Quadratic:
                      const=lqr.gamma * (vbar.const + jnp.trace(vbar.mat @ lqr.w)))
 
 
+@jax.jit
 def policy_expect(fz: Quadratic, pol: GaussianPolicy, mean_shift: Array = None,
                   cov: Array = None) -> Quadratic:
     """E_{a ~ pi(.|s)}[f(s, a)] for a quadratic f over z = (s, a): a quadratic in s.
@@ -189,6 +198,7 @@ def policy_expect(fz: Quadratic, pol: GaussianPolicy, mean_shift: Array = None,
                      + jnp.trace(fz.mat[n:, n:] @ cov))
 
 
+@jax.jit
 def bellman(lqr: LQR, pol: GaussianPolicy, vbar: Quadratic) -> Quadratic:
     """T_pi Vbar(s) = E_{a ~ pi}[r + gamma Vbar(s')], exact (a quadratic in s)."""
     return policy_expect(action_value(lqr, vbar), pol)
@@ -205,6 +215,7 @@ def lyapunov(f: Array, rhs: Array, gamma: Array) -> Array:
     return _sym(jnp.linalg.solve(lhs, rhs.reshape(-1)).reshape(n, n))
 
 
+@jax.jit
 def value(lqr: LQR, pol: GaussianPolicy, mean_shift: Array = None, cov: Array = None) -> Quadratic:
     """V^pi as a quadratic: P by :func:`lyapunov`, then the linear part p and constant c.
 
@@ -228,6 +239,7 @@ def value(lqr: LQR, pol: GaussianPolicy, mean_shift: Array = None, cov: Array = 
     return Quadratic(p_mat, p_vec, const)
 
 
+@jax.jit
 def q_value(lqr: LQR, pol: GaussianPolicy) -> Quadratic:
     """Q^pi(s, a) over z = (s, a)."""
     return action_value(lqr, value(lqr, pol))
@@ -238,11 +250,13 @@ def gaussian_mean(f: Quadratic, mean: Array, cov: Array) -> Array:
     return f(mean) + jnp.trace(f.mat @ cov)
 
 
+@jax.jit
 def objective(lqr: LQR, pol: GaussianPolicy) -> Array:
     """J(pi) = E_{s0 ~ N(m0, S0)}[V^pi(s0)] (differentiable in pol)."""
     return gaussian_mean(value(lqr, pol), lqr.s0_mean, lqr.s0_cov)
 
 
+@jax.jit
 def discounted_state_moments(lqr: LQR, pol: GaussianPolicy) -> tuple[Array, Array]:
     """Mean and second moment E[s], E[ss'] of the normalised discounted state law
     d_pi = (1 - gamma) sum_t gamma^t P(s_t), from the start law (closed form).

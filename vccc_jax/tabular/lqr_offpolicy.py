@@ -45,6 +45,7 @@ Array = jax.Array
 
 # ----------------------------------------------------------------------------- exact moments
 
+@jax.jit
 def log_ratio(pi: lq.GaussianPolicy, mu: lq.GaussianPolicy, s: Array, a: Array) -> Array:
     """log pi(a|s) - log mu(a|s), [...] for s [..., n], a [..., m]."""
     return lq.distribution(pi, s).log_prob(a) - lq.distribution(mu, s).log_prob(a)
@@ -60,6 +61,7 @@ def _gh(order: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
             np.prod(np.stack([g.reshape(-1) for g in wts], -1), -1))
 
 
+@jax.jit
 def noise_variance(lqr: lq.LQR, vbar: lq.Quadratic, x: Array) -> Array:
     """Var_w[Vbar(x + w)], w ~ N(0, W): (2Px + p)'W(2Px + p) + 2 tr(PWPW), [...]."""
     g = 2.0 * x @ vbar.mat
@@ -68,6 +70,7 @@ def noise_variance(lqr: lq.LQR, vbar: lq.Quadratic, x: Array) -> Array:
     return jnp.einsum("...i,ij,...j->...", g, lqr.w, g) + 2.0 * jnp.trace(pw @ pw)
 
 
+@jax.jit
 def vccc_variance(lqr: lq.LQR, pi: lq.GaussianPolicy, mu: lq.GaussianPolicy, vbar: lq.Quadratic,
                   s: Array) -> Array:
     """Var_mu[Y | s] of the VCCC / IW-TD target Y = Vbar(s) + rho (r + gamma Vbar(s') - Vbar(s))
@@ -259,9 +262,15 @@ def transition_grid(lqr: lq.LQR, pi: lq.GaussianPolicy, mu: lq.GaussianPolicy, v
     acts, awts = np.stack(acts), np.stack(awts)                      # [N, Ga]
     xi, xw = _gh(noise_order, lqr.n)                                  # [Gw, n], [Gw]
     chol = np.linalg.cholesky(np.asarray(lqr.w, np.float64) + 1e-300 * np.eye(lqr.n))
-    noise = jnp.asarray(xi @ chol.T)
-    s = jnp.asarray(states)[:, None, None, :]
-    a = jnp.asarray(acts)[:, :, None, None]                           # [N, Ga, 1, 1]
+    return _grid_eval(lqr, pi, mu, vbar, jnp.asarray(states), jnp.asarray(acts), jnp.asarray(awts),
+                      jnp.asarray(xi @ chol.T), jnp.asarray(xw))
+
+
+@jax.jit
+def _grid_eval(lqr, pi, mu, vbar, states, acts, awts, noise, xw) -> TransitionGrid:
+    """The grid's arrays from its nodes (one compiled graph per shape)."""
+    s = states[:, None, None, :]
+    a = acts[:, :, None, None]                                        # [N, Ga, 1, 1]
     s_next = (s @ lqr.a.T + a @ lqr.b.T + noise[None, None])          # [N, Ga, Gw, n]
     shape = s_next.shape[:3]
     s_b = jnp.broadcast_to(s, shape + (lqr.n,))
@@ -272,7 +281,7 @@ def transition_grid(lqr: lq.LQR, pi: lq.GaussianPolicy, mu: lq.GaussianPolicy, v
         discounts=jnp.full(shape[:1] + (shape[1] * shape[2],), lqr.gamma),
         values=flat(vbar(s_b)), next_values=flat(vbar(s_next)),
         log_rhos=flat(log_ratio(pi, mu, s_b, a_b)),
-        prob=flat(jnp.asarray(awts)[:, :, None] * jnp.asarray(xw)[None, None, :]),
+        prob=flat(awts[:, :, None] * xw[None, None, :]),
         actions=flat(a_b), next_states=flat(s_next))
 
 
@@ -310,5 +319,5 @@ def expected_actor_update(lqr: lq.LQR, pi: lq.GaussianPolicy, mu: lq.GaussianPol
         # loss_fn averages over its inputs; scaling by the node count makes it a weighted sum.
         return loss_fn(log_pi, log_mu, adv * weight * weight.size)
 
-    g = jax.grad(total)(pi)
+    g = jax.jit(jax.grad(total))(pi)
     return jax.tree_util.tree_map(lambda x: -x / (1.0 - lqr.gamma), g)

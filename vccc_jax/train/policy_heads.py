@@ -47,15 +47,28 @@ class GaussianHead:
         if not self.noise_scale > 0:
             raise ValueError(f"GaussianHead: noise_scale must be > 0, got {self.noise_scale}")
 
-    def _build(self, out, scale: float) -> distrax.Distribution:
+    def raw(self, out, scale: float = 1.0) -> distrax.MultivariateNormalDiag:
+        """The Gaussian of the pre-squash action u (std x ``scale``). Trainers sample and
+        score u: the squash's log-det is the same for pi and mu, so log-ratios on u equal
+        those on a, and scoring u avoids atanh at the box edges in float32."""
         mean, log_std = out
-        base = distrax.MultivariateNormalDiag(loc=mean, scale_diag=jnp.exp(log_std) * scale)
+        return distrax.MultivariateNormalDiag(loc=mean, scale_diag=jnp.exp(log_std) * scale)
+
+    def _bijector(self, dtype):
+        low = jnp.asarray(self.low, dtype)
+        high = jnp.asarray(self.high, dtype)
+        affine = distrax.ScalarAffine(shift=(high + low) / 2, scale=(high - low) / 2)
+        return distrax.Block(distrax.Chain([affine, distrax.Tanh()]), 1)
+
+    def squash_action(self, u):
+        """a = low + (high - low) (tanh(u) + 1) / 2 (identity without ``squash``)."""
+        return self._bijector(u.dtype).forward(u) if self.squash else u
+
+    def _build(self, out, scale: float) -> distrax.Distribution:
+        base = self.raw(out, scale)
         if not self.squash:
             return base
-        low = jnp.asarray(self.low, mean.dtype)
-        high = jnp.asarray(self.high, mean.dtype)
-        affine = distrax.ScalarAffine(shift=(high + low) / 2, scale=(high - low) / 2)
-        return distrax.Transformed(base, distrax.Block(distrax.Chain([affine, distrax.Tanh()]), 1))
+        return distrax.Transformed(base, self._bijector(out[0].dtype))
 
     def dist(self, out) -> distrax.Distribution:
         """The learner's policy pi(.|s)."""

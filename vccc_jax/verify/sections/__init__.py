@@ -29,6 +29,7 @@ from vccc_jax.verify.sections.brace_library import brace_library_rows
 from vccc_jax.verify.sections.comparators import brace_rows, decoupled_rows, rac_rows
 from vccc_jax.verify.sections.decoupled_library import decoupled_library_rows
 from vccc_jax.verify.sections.estimator_checks import estimator_rows
+from vccc_jax.verify.sections.lqr import lqr_rows
 from vccc_jax.verify.sections.ps_ppo import ps_ppo_rows
 from vccc_jax.verify.sections.ps_ppo_library import ps_ppo_library_rows
 from vccc_jax.verify.sections.rac_library import rac_library_rows
@@ -48,8 +49,8 @@ Section = Callable[[Context], "list[Row]"]
 # Each comparator: its tabular claims, then its library estimator against the exact operator.
 SECTIONS: list[Section] = [bandit_rows, vtrace_rows, estimator_rows, token_rows, brace_rows, brace_library_rows,
                            decoupled_rows, decoupled_library_rows, rac_rows, rac_library_rows, ps_ppo_rows,
-                           ps_ppo_library_rows, actor_rows]
+                           ps_ppo_library_rows, actor_rows, lqr_rows]
 
 __all__ = ["Context", "SECTIONS", "Section", "actor_rows", "bandit_rows", "brace_library_rows", "brace_rows",
-           "decoupled_library_rows", "decoupled_rows", "estimator_rows", "ps_ppo_library_rows", "ps_ppo_rows",
+           "decoupled_library_rows", "decoupled_rows", "estimator_rows", "lqr_rows", "ps_ppo_library_rows", "ps_ppo_rows",
            "rac_library_rows", "rac_rows", "token_rows", "vtrace_rows"]
