@@ -9,7 +9,10 @@ import pytest
 from vccc_jax.estimators import actor
 from vccc_jax.estimators import critic_targets as ct
 from vccc_jax.estimators.importance import safe_ratios
+from vccc_jax.estimators.registry import get_critic_target
+from vccc_jax.verify.contracts import Claim, OneStepTarget
 from vccc_jax.verify.sections import Context, lqr_rows
+from vccc_jax.verify.sections.lqr import lqr_user_rows
 
 CTX = Context(key=jax.random.PRNGKey(0), quick=True)
 
@@ -53,3 +56,13 @@ def test_actor_and_clip_bugs_are_caught(monkeypatch, bug):
     row = _row(lqr_rows(CTX), needle)
     assert not row.passed and row.error > 1e-3
     assert jnp.isfinite(row.error)
+
+
+@pytest.mark.parametrize("row_name, claim, ok", [("vccc", Claim("vpi"), True),
+                                                 ("truncated", Claim("clipped", 1.3), True),
+                                                 ("uncorrected", Claim("vpi"), False)])
+def test_user_target_rows_on_lqr(row_name, claim, ok):
+    target = OneStepTarget(fn=get_critic_target(row_name), clip=claim.clip)
+    (row,) = lqr_user_rows(row_name, target, claim)
+    assert row.passed == ok
+    assert row.error <= 1e-10 if ok else row.error > 1e-2

@@ -14,6 +14,8 @@ so a patched library is what gets checked.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -122,3 +124,51 @@ def lqr_rows(ctx) -> list[Row]:
                   f"policy_loss on the grid vs jax.grad of J (relative; |grad| up to {max(n['grad']):.3g})"),
     ]
     return rows
+
+
+# ------------------------------------------------------------- a user's target (--target)
+
+class _Cells(NamedTuple):
+    """The fields a ``contracts.OneStepTarget`` reads, on the LQR grid ([N, G] each)."""
+
+    rewards: jax.Array
+    discounts: jax.Array
+    values: jax.Array
+    next_values: jax.Array
+    log_rhos: jax.Array
+    baseline: jax.Array
+    baseline_vmu: jax.Array
+    baseline_star: jax.Array
+    z_truncate: jax.Array
+    z_mask: jax.Array
+
+
+def lqr_user_rows(name: str, target, claim) -> list[Row]:
+    """``vccc verify --target`` on continuous actions: E_mu[Y | s] of a one-step target
+    (``contracts.OneStepTarget``) on the LQR grid against its claim -- ``vpi``: T_pi Vbar
+    (general gains); ``clipped:c`` / ``masked:c``: Vbar + Z (T_pitilde Vbar - Vbar) (pi and mu
+    sharing the gain, where it is exact). Baseline fields are Vbar (b* is not known in closed
+    form here). No row for ``any``."""
+    if claim.name not in ("vpi", "clipped", "masked"):
+        return []
+    errs = []
+    with jax.enable_x64(True):
+        s = jnp.asarray(STATES)
+        for lqr, pi, mu, vbar in problems(jax.random.PRNGKey(22)):
+            if claim.name == "vpi":
+                g = lo.transition_grid(lqr, pi, mu, vbar, STATES)
+                want, zt, zm = lq.bellman(lqr, pi, vbar)(s), 1.0, 1.0
+            else:
+                mu = mu._replace(gain=pi.gain)
+                g = lo.transition_grid(lqr, pi, mu, vbar, STATES, clips=(claim.c,))
+                want = lo.clipped_expected_target(lqr, pi, mu, vbar, claim.c, claim.weight_kind)(s)
+                zt = lo.clipped_noise_law(pi, mu, claim.c, "truncate").z
+                zm = lo.clipped_noise_law(pi, mu, claim.c, "mask").z
+            full = lambda x: jnp.full(g.values.shape, x, g.values.dtype)  # noqa: E731
+            cells = _Cells(g.rewards, g.discounts, g.values, g.next_values, g.log_rhos, g.values,
+                           g.values, g.values, full(zt), full(zm))
+            mean = lo.grid_moments(g, jnp.asarray(target(cells), g.values.dtype))[0]
+            errs.append(float(jnp.max(jnp.abs(mean - want))))
+    claimed = "T_pi Vbar" if claim.name == "vpi" else "Vbar + Z (T_pit Vbar - Vbar)"
+    return [exact_row(f"{name}: LQR E_mu[Y|s] = {claimed} (continuous actions)", "user", len(errs),
+                      max(errs), EXACT_TOL, "Gaussian pi, mu; quadrature grid, float64")]
