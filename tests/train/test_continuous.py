@@ -103,3 +103,21 @@ def test_unsupported_options_are_refused():
                         (dict(critic="centered_baseline"), "categorical")):
         with pytest.raises(ValueError, match=msg):
             check_config(CFG.replace(**change))
+
+
+def test_vccc_train_runs_lqr_end_to_end(tmp_path, capsys):
+    import json
+
+    from vccc_jax.commands import train as cmd
+
+    out = tmp_path / "run"
+    argv = ["--env", ENV, "--lag", "uniform:7", "--critic", "vccc", "--num-envs", "4", "--num-steps", "6",
+            "--total-timesteps", "72", "--num-minibatches", "2", "--update-epochs", "1", "--hidden", "8",
+            "--num-layers", "1", "--gt-every", "2", "--num-seeds", "2", "--out", str(out), "--no-figure"]
+    assert cmd.main(argv) == 0
+    rows = [json.loads(line) for line in (out / "continuous.jsonl").read_text().splitlines()]
+    assert [(r["seed"], r["update"]) for r in rows] == [(s, u) for s in (0, 1) for u in (1, 2, 3)]
+    assert [("critic_error" in r) for r in rows] == [False, True, True] * 2   # every 2nd and the last
+    assert all(np.isfinite(r["critic_error"]) and r["critic_error"] > 0 for r in rows if "critic_error" in r)
+    assert rows[0]["mean_lag"] == 0.0 and rows[0]["rho_max"] == pytest.approx(1.0, abs=1e-5)
+    assert "critic_error" in capsys.readouterr().out

@@ -455,30 +455,12 @@ def _stopped(out: Path, e) -> str:
 
 
 def _continuous(cfg, out: Path, args) -> int:
-    """Continuous actions (``lqr:``, Pendulum-v1, MountainCarContinuous-v0): the Gaussian-actor
-    trainer (``train.continuous``); rows to ``<out>/continuous.jsonl``, a summary on stdout."""
-    import json
+    """Continuous actions (lqr:, Pendulum-v1, MountainCarContinuous-v0): ``runs.continuous``."""
+    from vccc_jax.runs.continuous import run_continuous
 
-    from vccc_jax.train.continuous import train
-
-    def on_update(row):
-        if not args.quiet and (row["update"] % max(1, cfg.num_updates // 10) == 0
-                               or row["update"] == cfg.num_updates):
-            extra = f"  critic_error {row['critic_error']:.4g}" if "critic_error" in row else ""
-            print(f"seed {row['seed']} update {row['update']}/{cfg.num_updates}: return "
-                  f"{row['episode_return']:.4g}  mean lag {row['mean_lag']:.2f}  rho max "
-                  f"{row['rho_max']:.3g}{extra}", file=sys.stderr, flush=True)
-
-    rows = train(cfg, on_update)
-    with open(out / "continuous.jsonl", "w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
-    tail = [r for r in rows if r["update"] > cfg.num_updates - max(1, cfg.num_updates // 10)]
-    for key in ("episode_return", "critic_error"):
-        vals = [r[key] for r in tail if key in r and r[key] == r[key]]
-        if vals:
-            print(f"{key:>18}: {sum(vals) / len(vals):.4g} (mean over the last 10% of updates, "
-                  f"{cfg.num_seeds} seeds)")
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    for key, value in run_continuous(cfg, out, progress).items():
+        print(f"{key:>18}: {value:.4g} (mean over the last 10% of updates, {cfg.num_seeds} seeds)")
     print(f"results: {out}")
     return 0
 

@@ -137,7 +137,9 @@ class ContinuousTrainer:
 
     def to_env(self, u):
         """The action the env receives: tanh-squashed by the head, else clipped to the box."""
-        return jnp.clip(u, self.low, self.high) if not self.head.squash else self.head.squash_action(u)
+        if self.head.squash:
+            return self.head.squash_action(u)
+        return jnp.clip(u, jnp.broadcast_to(self.low, u.shape), jnp.broadcast_to(self.high, u.shape))
 
     def rollout(self, state: State, lags, key):
         cfg = self.cfg
