@@ -121,3 +121,12 @@ def test_vccc_train_runs_lqr_end_to_end(tmp_path, capsys):
     assert all(np.isfinite(r["critic_error"]) and r["critic_error"] > 0 for r in rows if "critic_error" in r)
     assert rows[0]["mean_lag"] == 0.0 and rows[0]["rho_max"] == pytest.approx(1.0, abs=1e-5)
     assert "critic_error" in capsys.readouterr().out
+
+
+def test_vccc_train_refuses_unsupported_options_before_writing(tmp_path, capsys):
+    from vccc_jax.commands import train as cmd
+
+    out = tmp_path / "run"
+    assert cmd.main(["--env", "Pendulum-v1", "--sampler", "temp=0.5", "--out", str(out)]) == 2
+    assert "sampler is not supported with continuous actions" in capsys.readouterr().err
+    assert not out.exists()

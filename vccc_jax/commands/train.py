@@ -343,8 +343,10 @@ def _prepare(argv: list[str]):
     start_distributed(argv)  # before gymnax is imported
     args.mesh_obj = mesh_of(args)
     cfg = runs_train.config_from(fields, where)
+    from vccc_jax.runs.continuous import check_continuous
     from vccc_jax.train.sharding import check_divisible
 
+    check_continuous(cfg, resume=mode == run_dir.RESUME)
     check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
     # every check passed: only now touch the file system
     if out is None:
@@ -470,9 +472,7 @@ def _single(cfg, out: Path, args, resume: bool, command: list) -> int:
     from vccc_jax.runs.train import Interrupted, run_one
     from vccc_jax.train.continuous import wants_continuous
 
-    if wants_continuous(cfg.env):
-        if resume:
-            raise ValueError("--resume is not supported with continuous actions")
+    if wants_continuous(cfg.env):  # checked in _prepare (runs.continuous.check_continuous)
         return _continuous(cfg, out, args)
 
     every, seconds = args.checkpoint_every

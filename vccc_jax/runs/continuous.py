@@ -7,7 +7,16 @@ import json
 from pathlib import Path
 
 from vccc_jax.train.config import TrainConfig
-from vccc_jax.train.continuous import train
+from vccc_jax.train.continuous import check_config, train, wants_continuous
+
+
+def check_continuous(cfg: TrainConfig, resume: bool = False) -> None:
+    """For a continuous-action env: ValueError (one line) for what its trainer does not
+    support, before any file is written; nothing for other envs."""
+    if wants_continuous(cfg.env):
+        check_config(cfg)
+        if resume:
+            raise ValueError("--resume is not supported with continuous actions")
 
 
 def progress_line(row: dict, num_updates: int) -> str:
