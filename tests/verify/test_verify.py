@@ -49,6 +49,7 @@ def test_quick_verify_covers_every_identity(quick_rows):
     for eq, count in (("Sec 7", 2), ("BRACE", 5), ("decoupled", 5), ("RAC", 5), ("PS-PPO", 6)):
         assert sum(r.equation == eq for r in exact) == count, eq
     assert any(r.equation == "Eq 5" and "tool steps" in r.name for r in exact)
+    assert sum(r.name.startswith("lqr: ") for r in exact) == 7   # continuous actions (issue 31)
     # Each comparator's library estimator is checked against its exact operator (issue 24).
     for needle in ("library BRACE E[vs_t]", "library BRACE E[pg_adv_t]", "library decoupled actor",
                    "library decoupled critic", "library PPO-EWMA", "library RAC: queued", "library RAC: delay 0",

@@ -9,7 +9,9 @@ Three families of names:
   features | onehot_time), d (feature dim), branching (garnet; 2), concentration (random; 1),
   slip (chain; 0.1), H (finite horizon; random/garnet only), reset_prob (default 1 - gamma),
   max_steps (time limit);
-* ``token:V=1024,H=128,...``: the LLM-shaped token env (``envs.token_env.make_token_env``).
+* ``token:V=1024,H=128,...``: the LLM-shaped token env (``envs.token_env.make_token_env``);
+* ``lqr:dim=2,act=1,gamma=0.9,seed=0,radius=0.8,max_steps=200``: the continuous-action LQR
+  testbed (``envs.lqr_env``; exact truth in ``tabular.lqr``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import gymnax
 import jax
 
+from vccc_jax.envs.lqr_env import make_lqr_env
 from vccc_jax.envs.spec import TABULAR_FAMILIES, env_kind, parse_tabular_spec  # noqa: F401
 from vccc_jax.envs.tabular_env import make_tabular_env
 from vccc_jax.envs.token_env import make_token_env
@@ -54,6 +57,12 @@ def make_env(name: str):
     kind = env_kind(name)
     if kind == "tabular":
         return make_tabular(name)
+    if kind == "lqr":
+        try:
+            return make_lqr_env(name)
+        except ValueError as err:
+            msg = str(err)
+            raise ValueError(msg if msg.startswith("env ") else f"env {name!r}: {msg}") from None
     if kind == "token":
         try:
             return make_token_env(name)

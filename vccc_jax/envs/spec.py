@@ -36,10 +36,13 @@ TOKEN_KEYS = {**TOKEN_TASK_KEYS, **TOKEN_ENV_KEYS}
 TOKEN_GAMMA = 1.0  # the token env's discount when the spec does not set one
 
 
+LQR_KEYS = {"dim": int, "act": int, "gamma": float, "seed": int, "radius": float, "max_steps": int}
+
+
 def env_kind(name: str) -> str:
-    """"tabular", "token" or "gymnax" for an env name."""
+    """"tabular", "token", "lqr" or "gymnax" for an env name."""
     head = name.partition(":")[0]
-    return head if head in ("tabular", "token") else "gymnax"
+    return head if head in ("tabular", "token", "lqr") else "gymnax"
 
 
 def _items(name: str, prefix: str):
@@ -100,6 +103,21 @@ def parse_token_spec(name: str) -> dict:
     return out
 
 
+def parse_lqr_spec(name: str) -> dict:
+    """``"lqr:dim=2,act=1"`` -> {"dim": 2, "act": 1, "gamma": 0.9, "seed": 0, "radius": 0.8,
+    "max_steps": 200} (typed, defaults filled; one-line ValueError naming the bad item)."""
+    out: dict = {"dim": 2, "act": 1, "gamma": 0.9, "seed": 0, "radius": 0.8, "max_steps": 200}
+    for key, value in _items(name, "lqr:"):
+        if key not in LQR_KEYS:
+            raise ValueError(f"env {name!r}: unknown key {key!r} (known: {', '.join(LQR_KEYS)})")
+        out[key] = _read(name, key, value, LQR_KEYS[key])
+    if out["dim"] < 1 or out["act"] < 1 or out["max_steps"] < 1:
+        raise ValueError(f"env {name!r}: dim, act and max_steps must be >= 1")
+    if not 0.0 <= out["gamma"] < 1.0 or not 0.0 < out["radius"] < 1.0:
+        raise ValueError(f"env {name!r}: gamma must lie in [0, 1) and radius in (0, 1)")
+    return out
+
+
 def env_gamma(name: str) -> Optional[float]:
     """The discount the env spec fixes: a ``tabular:`` / ``token:`` spec's ``gamma`` (or its
     default), None for gymnax envs (their discount is the trainer's choice)."""
@@ -108,6 +126,8 @@ def env_gamma(name: str) -> Optional[float]:
         return float(parse_tabular_spec(name)["gamma"])
     if kind == "token":
         return float(parse_token_spec(name).get("gamma", TOKEN_GAMMA))
+    if kind == "lqr":
+        return float(parse_lqr_spec(name)["gamma"])
     return None
 
 

@@ -56,3 +56,27 @@ class Critic(nn.Module):
     def __call__(self, obs):
         x = _torso(obs, self.obs_ndim, self.hidden, self.activation)
         return nn.Dense(1, kernel_init=orthogonal(1.0), bias_init=constant(0.0))(x)[..., 0]
+
+
+class GaussianActor(nn.Module):
+    """Continuous policy network: obs [..., *obs_shape] -> (mean [..., m], log_std [..., m]).
+
+    State-dependent mean (orthogonal(0.01) head, as the categorical actor's), state-independent
+    learned log-std initialised at ``log_std_init`` (PureJaxRL's continuous PPO shape). With
+    ``hidden=()`` the mean is linear in the observation, so on the LQR testbed the policy is
+    exactly the linear-Gaussian family whose V^pi ``tabular.lqr`` knows in closed form.
+    """
+
+    action_dim: int
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    obs_ndim: int = 1
+    log_std_init: float = 0.0
+
+    @nn.compact
+    def __call__(self, obs):
+        x = _torso(obs, self.obs_ndim, self.hidden, self.activation)
+        mean = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01), bias_init=constant(0.0))(x)
+        log_std = self.param("log_std", constant(self.log_std_init), (self.action_dim,))
+        return mean, jnp.broadcast_to(log_std.reshape((1,) * (mean.ndim - 1) + log_std.shape),
+                                      mean.shape)

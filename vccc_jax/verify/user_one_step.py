@@ -38,6 +38,7 @@ from vccc_jax.verify.compile import fast_jit
 from vccc_jax.verify.contracts import INF, Claim, OneStepTarget
 from vccc_jax.verify.problems import EXACT_TOL, MASK_CLIP, NUM_VERSIONS, Problem, maxabs
 from vccc_jax.verify.report import Row
+from vccc_jax.verify.sections.lqr import lqr_user_rows
 from vccc_jax.verify.targets import TargetCheck, TargetSpec, target_checks, target_rows
 
 Array = chex.Array
@@ -335,6 +336,7 @@ def user_reports(users: Sequence[UserOneStep], outs: list, groups, num_samples: 
         var = np.concatenate([np.max(np.asarray(e.variances), axis=-1) for e in ex_])  # [B, K + 1]
         grads = np.concatenate([np.asarray(e.grads) for e in ex_])  # [B, F]
         rows = _decorate(rows, u, errs, names)
+        rows += lqr_user_rows(u.name, u.target, u.claim)   # continuous actions (issue 31)
         for i, src in enumerate(("stalest version", "replay mixture")):
             name = u.name if i == 0 else f"{u.name} (replay)"
             e = fixed_err[:, i]
