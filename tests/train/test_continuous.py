@@ -130,3 +130,32 @@ def test_vccc_train_refuses_unsupported_options_before_writing(tmp_path, capsys)
     assert cmd.main(["--env", "Pendulum-v1", "--sampler", "temp=0.5", "--out", str(out)]) == 2
     assert "sampler is not supported with continuous actions" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_mc_critic_error_matches_the_exact_lqr_value():
+    """The Monte-Carlo critic error (the Pendulum path: ``mc_values_policy`` with the newest
+    Gaussian actor) on an lqr: env, where V^{pi_k} is exact: |RMS(V - V_mc) - RMS(V - V^pi)|
+    <= RMS(V_mc - V^pi), which is ~ the MC standard error; we allow 5 s.e. plus the horizon
+    cut's bound (level < 1e-4 per the CLT; a dropped discount, the behaviour's noise scale or
+    an unscaled-noise bug moves V_mc by many s.e.)."""
+    from vccc_jax.tabular import lqr as lq
+
+    cfg = CFG.replace(gt_states=4, gt_rollouts=256, gt_horizon=60, gt_every=1)
+    tr = ContinuousTrainer(cfg, head=GaussianHead(noise_scale=1.3))
+    st = tr.init(jax.random.PRNGKey(4))
+    p = st.actor_params["params"]
+    gain = np.array([[-0.3, 0.2]], np.float32)     # a stable, non-trivial linear-Gaussian pi_k
+    actor = {"params": {**p, "Dense_0": {"kernel": jnp.asarray(gain.T), "bias": jnp.asarray([0.1])},
+                        "log_std": jnp.asarray([-0.2])}}
+    st = st._replace(actor_params=actor)
+    err, se = tr.mc_critic_error(st, jax.random.PRNGKey(5))
+    with jax.enable_x64(True):
+        prob = env_lqr(ENV)
+        pol = lq.GaussianPolicy(jnp.asarray(gain, jnp.float64), jnp.asarray([0.1]), jnp.asarray([-0.2]))
+        assert float(lq.closed_loop_radius(prob, pol)) < 1.0
+        v_true = np.asarray(lq.value(prob, pol)(jnp.asarray(np.asarray(st.obs), jnp.float64)))
+    v = np.asarray(tr.critic_net.apply(st.critic_params, st.obs))
+    exact = np.sqrt(np.mean((v - v_true) ** 2))
+    tail = 0.8 ** 60 * np.abs(v_true).max() * 10
+    assert abs(float(err) - exact) <= 5 * float(se) + tail, (float(err), exact, float(se))
+    assert float(se) < 0.05 * exact       # the check has power: s.e. small against the value

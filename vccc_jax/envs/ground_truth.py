@@ -65,12 +65,39 @@ def mc_values(
     gamma: float,
     ignore_time_limit: bool = True,
 ) -> GroundTruth:
-    """Monte-Carlo V^pi(s) with standard errors for a batch of saved env states.
+    """Monte-Carlo V^pi(s) with standard errors for a batch of saved env states, for a
+    categorical policy given by ``logits_fn: (params, obs [N, ...]) -> logits [N, A]`` (pi_k,
+    sampled exactly: temperature 1, no top-k). Arguments as :func:`mc_values_policy`."""
+
+    def act(p, ob, k):
+        return jax.random.categorical(k, logits_fn(p, ob), axis=-1).astype(jnp.int32)
+
+    return mc_values_policy(env, env_params, act, params, states, obs, key,
+                            num_rollouts=num_rollouts, horizon=horizon, gamma=gamma,
+                            ignore_time_limit=ignore_time_limit)
+
+
+def mc_values_policy(
+    env,
+    env_params: Any,
+    act_fn: Callable[[Any, Array, Array], Array],
+    params: Any,
+    states: Any,
+    obs: Array,
+    key: Array,
+    *,
+    num_rollouts: int,
+    horizon: int,
+    gamma: float,
+    ignore_time_limit: bool = True,
+) -> GroundTruth:
+    """Monte-Carlo V^pi(s) with standard errors for a batch of saved env states, any action
+    space (continuous actions: issue 31).
 
     Args:
-      env, env_params: the gymnax environment (discrete actions).
-      logits_fn: (params, obs [N, ...]) -> logits [N, A] of the policy to evaluate (pi_k,
-        sampled exactly: temperature 1, no top-k).
+      env, env_params: the gymnax environment.
+      act_fn: (params, obs [N, ...], key) -> the actions [N, ...] the env receives, sampled
+        from the policy to evaluate.
       params: the policy's parameters.
       states: pytree of env states with leading axis S.
       obs: [S, ...] the observations at those states (some envs draw observations
@@ -102,8 +129,7 @@ def mc_values(
     def one_step(carry, step_key):
         state, ob, alive, disc, ret = carry
         k_act, k_env = jax.random.split(step_key)
-        logits = logits_fn(params, ob)
-        action = jax.random.categorical(k_act, logits, axis=-1).astype(jnp.int32)
+        action = act_fn(params, ob, k_act)
         ob, state, reward, terminated, truncated, _ = step_env(
             env, jax.random.split(k_env, n), state, action, env_params
         )

@@ -85,10 +85,15 @@ class LQREnv(environment.Environment[EnvState, EnvParams]):
 
 
 def env_lqr(name: str) -> lq.LQR:
-    """The exact problem of an ``lqr:`` spec (float64 when x64 is on)."""
+    """The exact problem of an ``lqr:`` spec (float64 when x64 is on). Always drawn in float32
+    and then cast: a draw under x64 is a *different* problem from the one the env (float32)
+    simulates."""
     c = parse_lqr_spec(name)
-    return lq.random_lqr(jax.random.PRNGKey(c["seed"]), c["dim"], c["act"], gamma=c["gamma"],
-                         radius=c["radius"])
+    with jax.enable_x64(False):
+        p = lq.random_lqr(jax.random.PRNGKey(c["seed"]), c["dim"], c["act"], gamma=c["gamma"],
+                          radius=c["radius"])
+        p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), p)
+    return jax.tree_util.tree_map(jnp.asarray, p._replace(gamma=np.float64(c["gamma"])))
 
 
 def make_lqr_env(name: str) -> tuple[LQREnv, EnvParams]:

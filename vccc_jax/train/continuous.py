@@ -23,10 +23,11 @@ One update = rollout -> prepare -> learn -> push version -> metrics, one jitted 
 
 Config: a ``TrainConfig``; options that need full categorical rows (samplers, top-k,
 temperature, centred actors, Z-centred targets, replay, Polyak, decoupled routes, learned
-baselines, ground truth) are refused with a one-line error. Exact critic error on
-``lqr:`` envs: there the actor's mean is linear (``linear_actor``), so pi_k is linear-Gaussian,
-V^{pi_k} is the closed form of ``tabular.lqr`` and :func:`lqr_critic_error` measures the critic
-against it.
+baselines) are refused with a one-line error. Exact critic error on ``lqr:`` envs: there the
+actor's mean is linear (``linear_actor``), so pi_k is linear-Gaussian, V^{pi_k} is the closed
+form of ``tabular.lqr`` and :func:`lqr_critic_error` measures the critic against it. On the
+other envs (``gt_every > 0``) :meth:`ContinuousTrainer.mc_critic_error` measures it against a
+Monte-Carlo V^{pi_k} (``envs.ground_truth.mc_values_policy``) at the envs' current states.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from vccc_jax.envs import ground_truth as gt_lib
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs.make import make_env
 from vccc_jax.envs.rollout import env_step_info
@@ -119,6 +121,7 @@ class ContinuousTrainer:
         self.actor_tx = optax.chain(clip, optax.adam(cfg.actor_lr, eps=1e-5))
         self.critic_tx = optax.chain(clip, optax.adam(cfg.critic_lr, eps=1e-5))
         self.update = jax.jit(self._update)
+        self.mc_critic_error = jax.jit(self._mc_critic_error)
 
     # -- pieces -------------------------------------------------------------------------
     def init(self, key) -> State:
@@ -204,6 +207,25 @@ class ContinuousTrainer:
         v = self.critic_net.apply(critic_params, mb["obs"])
         return actor_loss, 0.5 * jnp.mean(jnp.square(v - mb["targets"]))
 
+    def _mc_critic_error(self, state: State, key):
+        """(RMS of V_critic - V^{pi_k}, mean MC standard error) on the first ``gt_states`` envs'
+        current states; V^{pi_k} by ``gt_rollouts`` Monte-Carlo rollouts of the newest actor
+        (noise scale 1, actions mapped to the env as in training) over ``gt_horizon`` steps
+        (default: gamma^H <= 0.01), the env's time limit lifted (``envs.ground_truth``)."""
+        cfg = self.cfg
+        n = min(cfg.gt_states, cfg.num_envs)
+        states = jax.tree_util.tree_map(lambda x: x[:n], state.env_state)
+
+        def act(params, ob, k):
+            return self.to_env(self.head.raw(self.actor_net.apply(params, ob), 1.0).sample(seed=k))
+
+        gt = gt_lib.mc_values_policy(
+            self.env, self.env_params, act, state.actor_params, states, state.obs[:n], key,
+            num_rollouts=cfg.gt_rollouts, horizon=cfg.gt_horizon or gt_lib.horizon_for(cfg.gamma, 0.01),
+            gamma=cfg.gamma)
+        v = self.critic_net.apply(state.critic_params, state.obs[:n])
+        return jnp.sqrt(jnp.mean(jnp.square(v - gt.value))), jnp.mean(gt.stderr)
+
     def _update(self, state: State):
         cfg = self.cfg
         key, k_lag, k_roll, k_learn = jax.random.split(state.key, 4)
@@ -269,7 +291,10 @@ def train(cfg: TrainConfig, on_update=None, eval_states: int = 32) -> list[dict]
     """Run ``cfg.num_updates`` updates for each of ``cfg.num_seeds`` seeds (one compiled
     update, seeds in turn); returns one row per (seed, update) with the update's metrics and,
     on ``lqr:`` envs every ``gt_every`` updates (and at the last), ``critic_error`` = the
-    exact RMS error of the critic against V^{pi_k} on ``eval_states`` start-law states.
+    exact RMS error of the critic against V^{pi_k} on ``eval_states`` start-law states; on
+    other envs with ``gt_every > 0``, every ``gt_every`` updates and at the last,
+    ``critic_error`` against a Monte-Carlo V^{pi_k} and ``critic_error_mc_se`` (the mean
+    standard error of the MC values, the error's noise floor).
     ``on_update(row)`` is called after each update (progress)."""
     trainer = ContinuousTrainer(cfg)
     exact = env_kind(cfg.env) == "lqr"
@@ -288,6 +313,9 @@ def train(cfg: TrainConfig, on_update=None, eval_states: int = 32) -> list[dict]
             row = dict(seed=seed, update=u, **{k: float(v) for k, v in m.items()})
             if exact and (u == cfg.num_updates or (cfg.gt_every and u % cfg.gt_every == 0)):
                 row["critic_error"] = lqr_critic_error(trainer, state, states)
+            elif not exact and cfg.gt_every and (u == cfg.num_updates or u % cfg.gt_every == 0):
+                err, se = trainer.mc_critic_error(state, jax.random.fold_in(jax.random.PRNGKey(seed), u))
+                row["critic_error"], row["critic_error_mc_se"] = float(err), float(se)
             rows.append(row)
             if on_update is not None:
                 on_update(row)
