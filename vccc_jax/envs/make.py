@@ -11,7 +11,8 @@ Three families of names:
   max_steps (time limit);
 * ``token:V=1024,H=128,...``: the LLM-shaped token env (``envs.token_env.make_token_env``);
 * ``lqr:dim=2,act=1,gamma=0.9,seed=0,radius=0.8,max_steps=200``: the continuous-action LQR
-  testbed (``envs.lqr_env``; exact truth in ``tabular.lqr``).
+  testbed (``envs.lqr_env``; exact truth in ``tabular.lqr``);
+* ``brax:NAME,backend=...,max_steps=1000``: a Brax env (``envs.brax_env``; the ``brax`` extra).
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def make_env(name: str):
         except ValueError as err:
             msg = str(err)
             raise ValueError(msg if msg.startswith("env ") else f"env {name!r}: {msg}") from None
+    if kind == "brax":
+        from vccc_jax.envs.brax_env import make_brax_env  # optional extra: import on use
+
+        return make_brax_env(name)
     if kind == "token":
         try:
             return make_token_env(name)

@@ -40,9 +40,9 @@ LQR_KEYS = {"dim": int, "act": int, "gamma": float, "seed": int, "radius": float
 
 
 def env_kind(name: str) -> str:
-    """"tabular", "token", "lqr" or "gymnax" for an env name."""
+    """"tabular", "token", "lqr", "brax" or "gymnax" for an env name."""
     head = name.partition(":")[0]
-    return head if head in ("tabular", "token", "lqr") else "gymnax"
+    return head if head in ("tabular", "token", "lqr", "brax") else "gymnax"
 
 
 def _items(name: str, prefix: str):
@@ -118,6 +118,26 @@ def parse_lqr_spec(name: str) -> dict:
     return out
 
 
+BRAX_KEYS = {"backend": str, "max_steps": int}
+
+
+def parse_brax_spec(name: str) -> dict:
+    """``"brax:ant,backend=generalized,max_steps=1000"`` -> {"name": "ant", "backend": None
+    (brax's default), "max_steps": 1000} (one-line ValueError naming the
+    bad item). The first item is the Brax env name (``brax.envs.get_environment``)."""
+    head, _, rest = name[len("brax:"):].partition(",")
+    if not head.strip() or "=" in head:
+        raise ValueError(f"env {name!r}: brax:NAME[,key=value...] needs the Brax env name first")
+    out: dict = {"name": head.strip(), "backend": None, "max_steps": 1000}
+    for key, value in _items(rest, ""):
+        if key not in BRAX_KEYS:
+            raise ValueError(f"env {name!r}: unknown key {key!r} (known: {', '.join(BRAX_KEYS)})")
+        out[key] = _read(name, key, value, BRAX_KEYS[key])
+    if out["max_steps"] < 1:
+        raise ValueError(f"env {name!r}: max_steps must be >= 1")
+    return out
+
+
 def env_gamma(name: str) -> Optional[float]:
     """The discount the env spec fixes: a ``tabular:`` / ``token:`` spec's ``gamma`` (or its
     default), None for gymnax envs (their discount is the trainer's choice)."""
@@ -136,4 +156,6 @@ def check_env_spec(name: str) -> None:
     name (gymnax names themselves are checked when the env is built)."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"env must be a non-empty name, got {name!r}")
+    if env_kind(name) == "brax":
+        parse_brax_spec(name)
     env_gamma(name)

@@ -62,9 +62,9 @@ def is_continuous(env, params) -> bool:
 
 
 def wants_continuous(env_name: str) -> bool:
-    """Pure-Python: does ``vccc train --env NAME`` run this trainer (``lqr:`` specs and the
-    continuous gymnax envs)?"""
-    return env_kind(env_name) == "lqr" or env_name in CONTINUOUS_GYMNAX
+    """Pure-Python: does ``vccc train --env NAME`` run this trainer (``lqr:`` and ``brax:``
+    specs and the continuous gymnax envs)?"""
+    return env_kind(env_name) in ("lqr", "brax") or env_name in CONTINUOUS_GYMNAX
 
 
 def check_config(cfg: TrainConfig) -> None:
