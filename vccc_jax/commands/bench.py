@@ -3,7 +3,7 @@ printing of the benchmarks.
 
     vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--ceiling-mib M]
     vccc bench tabular    [--repeats N] [--min-time S] [--small]
-    vccc bench train      [--seeds N] [--timesteps N] [--repeats N] [--rows a,b] [--actor K]
+    vccc bench train      [--seeds N] [--timesteps N] [--repeats N] [--rows a,b] [--actor K] [--continuous]
     vccc bench scale      [...]   (flags: ``vccc bench scale --help``)
     vccc bench routes     [--updates N] [--seeds N] [--repeats N] [--routes a,b] [--lag L] ...
     vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
@@ -170,27 +170,39 @@ def train_parser() -> Parser:
     p.add_argument("--rows", default=",".join(b.ROW_NAMES),
                    help="comma-separated subset of: " + ",".join(b.ROW_NAMES))
     p.add_argument("--actor", default="truncate", help="actor weight of our trainer rows")
+    p.add_argument("--continuous", action="store_true",
+                   help="Pendulum-v1: the continuous trainer vs PureJaxRL's continuous PPO "
+                        "(rows: reference, sync-gae, lag8-gae, lag8-vccc)")
     return p
 
 
 def train(argv: list[str]) -> Callable[[], int]:
     from vccc_jax.benchmarks import train as b
+    from vccc_jax.benchmarks import train_continuous as bc
     from vccc_jax.train.config import TrainConfig
 
     args = train_parser().parse_args(argv)
-    wanted = b.select_rows(args.rows)
+    if args.continuous:
+        rows = args.rows if args.rows != ",".join(b.ROW_NAMES) else ",".join(bc.ROW_NAMES)
+        wanted = b.select_names(rows, bc.ROW_NAMES)
+        for name in wanted:
+            if name != "reference":
+                bc.train_config(name, args.seeds, args.timesteps, args.actor)
+    else:
+        wanted = b.select_rows(args.rows)
     for name in wanted:  # the trainer's own validation, before anything compiles
-        if name != "reference":
+        if name != "reference" and not args.continuous:
             TrainConfig(total_timesteps=args.timesteps, num_seeds=args.seeds, actor=args.actor,
                         **b.ROWS[name])
 
     def bench() -> int:
-        _out(b.header(args.timesteps, args.seeds, args.repeats))
-        prepared = b.prepare(wanted, args.seeds, args.timesteps, actor=args.actor,
-                             progress=_err)
+        mod = bc if args.continuous else b
+        _out(mod.header(args.timesteps, args.seeds, args.repeats))
+        prepared = mod.prepare(wanted, args.seeds, args.timesteps, actor=args.actor,
+                               progress=_err)
         results = b.time_rows(prepared, args.repeats)
         _out(b.format_table(results))
-        tail = b.footer(results)
+        tail = b.footer(results, ref_target=1.0 if args.continuous else 1.1)
         if tail:
             _out(tail)
         return 0
