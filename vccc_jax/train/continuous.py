@@ -242,8 +242,8 @@ class ContinuousTrainer:
         def step(carry, idx):
             ap, cp, ao, co = carry
             mb = jax.tree_util.tree_map(lambda x: x[idx], data)
-            ga = jax.grad(lambda p: self._losses(p, cp, mb)[0])(ap)
-            gc = jax.grad(lambda p: self._losses(ap, p, mb)[1])(cp)
+            # one backward pass: the actor loss does not read the critic and vice versa
+            ga, gc = jax.grad(lambda a, c: sum(self._losses(a, c, mb)), argnums=(0, 1))(ap, cp)
             ua, ao = self.actor_tx.update(ga, ao, ap)
             uc, co = self.critic_tx.update(gc, co, cp)
             return (optax.apply_updates(ap, ua), optax.apply_updates(cp, uc), ao, co), None
