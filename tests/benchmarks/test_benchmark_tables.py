@@ -71,3 +71,18 @@ def test_compile_cold_then_warm_from_the_persistent_cache():
     assert cold > 0 and warm is not None and warm > 0  # warm: loaded from the cache (a hit)
     assert jnp.allclose(compiled(x), jnp.cumsum(jnp.tanh(x)) * 2.0)
     assert jax.config.jax_compilation_cache_dir == before  # the private cache is gone again
+
+
+def test_continuous_rows_and_footer_target():
+    from vccc_jax.benchmarks import train_continuous as tc
+
+    assert tc.ROW_NAMES == ("reference", "sync-gae", "lag8-gae", "lag8-vccc")
+    with pytest.raises(ValueError, match="unknown rows"):
+        train.select_names("lag8-vtrace", tc.ROW_NAMES)
+    cfg = tc.train_config("lag8-vccc", 1, 4096)
+    assert (cfg.env, cfg.num_envs, cfg.num_steps, cfg.resolved_num_versions, cfg.critic) == (
+        "Pendulum-v1", 4, 128, 8, "vccc")
+    timings = [train.Timing("reference (x)", 1.0, 4.0, 200_000, 0.0, cpu_s=2.0),
+               train.Timing("sync-gae", 1.0, 2.0, 200_000, 0.0, cpu_s=4.0)]
+    text = train.footer(timings, ref_target=1.0)
+    assert "sync-gae vs reference: 2.00x (target >= 1.0x); in CPU time 0.50x" in text
