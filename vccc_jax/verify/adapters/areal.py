@@ -1,0 +1,3 @@
+"""areal adapters (filled below)."""
+
+ADAPTERS = ()

@@ -1,0 +1,3 @@
+"""tunix adapters (filled below)."""
+
+ADAPTERS = ()

@@ -1,0 +1,3 @@
+"""verl adapters (filled below)."""
+
+ADAPTERS = ()
