@@ -88,12 +88,13 @@ def lambda_returns(log_rhos, discounts, rewards, values, bootstrap_value, lambda
 
 
 def importance_corrected_td_errors(log_rhos, discounts, rewards, values, bootstrap_value, lambda_=0.95):
-    """``rlax.importance_corrected_td_errors`` (per-decision ratios, unclipped) -> v_tm1 + errors."""
-    import rlax
+    """``rlax._src.multistep.importance_corrected_td_errors`` (per-decision ratios, unclipped)
+    -> v_tm1 + errors (rlax 0.1.9 does not re-export it at the top level)."""
+    from rlax._src import multistep
 
     def f(rho, d, r, v_tm1, v_t):
         vals = jnp.concatenate([v_tm1, v_t[-1:]])
-        return (v_tm1 + rlax.importance_corrected_td_errors(r, d, rho, _f(lambda_), vals),)
+        return (v_tm1 + multistep.importance_corrected_td_errors(r, d, rho, _f(lambda_), vals),)
 
     return per_trajectory(f, log_rhos, discounts, rewards, values, bootstrap_value)[0]
 
@@ -129,7 +130,8 @@ def policy_gradient_loss(log_pi, log_mu, advantages):
 
 
 def _a(function, kind, claim, claims, fn) -> Adapter:
-    return Adapter("rlax", function, f"rlax.{function}", kind, claim, claims, lambda: fn, _version)
+    calls = ("rlax._src.multistep." if function == "importance_corrected_td_errors" else "rlax.") + function
+    return Adapter("rlax", function, calls, kind, claim, claims, lambda: fn, _version)
 
 
 ADAPTERS = (
