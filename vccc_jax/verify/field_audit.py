@@ -89,6 +89,8 @@ def verdict(au: Audit) -> str:
         return "**unbiased** (V^pi / Eq 12 at every lag)"
     if au.adapter.claim != "vpi" and claim_ok:
         return f"**biased by design** (exactly its claim {au.adapter.claim} at every lag; not V^pi past lag 0)"
+    if vpi_ok.get(0, False) and au.adapter.biased_by:
+        return f"**biased by design** ({au.adapter.biased_by}): exact at lag 0, biased once the data is stale"
     if vpi_ok.get(0, False):
         return "**biased by staleness alone** (exact at lag 0, biased once the data is stale)"
     return "**biased even on-policy** (fails at lag 0)"

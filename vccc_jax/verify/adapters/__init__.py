@@ -33,7 +33,8 @@ class Adapter:
     object called (dotted path); ``kind``: ``sequence`` | ``actor``; ``claim``: what the
     library claims at the adapter's arguments, as a ``--claim`` (``vpi``, ``clipped:c``);
     ``claims``: the same in words; ``build()``: the contract-style function (imports the
-    library); ``version()``: the installed library's version.
+    library); ``version()``: the library's version; ``biased_by``: the design choice that
+    makes it differ from V^pi / Eq 12 off-policy ("" when the design claims V^pi / Eq 12).
     """
 
     library: str
@@ -44,7 +45,7 @@ class Adapter:
     claims: str
     build: Callable[[], Callable]
     version: Callable[[], str]
-    kwargs: tuple = ()
+    biased_by: str = ""
 
     @property
     def key(self) -> str:

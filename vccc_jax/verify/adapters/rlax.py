@@ -10,7 +10,7 @@ trailing batch, and return the target ``vs = v_tm1 + errors`` (and the V-trace p
 gradient advantage). The actor adapters call rlax's loss on the tokens as given:
 ``clipped_surrogate_pg_loss(exp(log_pi - log_mu), A, epsilon)`` and
 ``policy_gradient_loss`` with two-action logits [log pi, log(1 - pi)] (log_softmax gives
-back log pi and d log pi / d log pi = 1, the loss's own score). Arguments the rlax
+back log pi, and its derivative in log pi is exactly 1: the loss's own score). Arguments the rlax
 signature leaves without a default are stated here (``lambda_ = 0.95``, ``epsilon = 0.2``)
 and can be changed with ``--kw NAME=VALUE`` like any other rlax argument.
 """
@@ -124,22 +124,23 @@ def policy_gradient_loss(log_pi, log_mu, advantages):
     two-action logits [log pi, log(1 - pi)], a_t = 0. ``log_mu`` is not used by rlax."""
     import rlax
 
-    logits = jnp.stack([log_pi, jnp.log1p(-jnp.exp(jax.lax.stop_gradient(log_pi)))], axis=-1)
+    logits = jnp.stack([log_pi, jnp.log1p(-jnp.exp(log_pi))], axis=-1)
     a = jnp.zeros(log_pi.shape, jnp.int32)
     return rlax.policy_gradient_loss(logits, a, advantages, jnp.ones_like(log_pi))
 
 
-def _a(function, kind, claim, claims, fn) -> Adapter:
+def _a(function, kind, claim, claims, fn, biased_by="") -> Adapter:
     calls = ("rlax._src.multistep." if function == "importance_corrected_td_errors" else "rlax.") + function
-    return Adapter("rlax", function, calls, kind, claim, claims, lambda: fn, _version)
+    return Adapter("rlax", function, calls, kind, claim, claims, lambda: fn, _version, biased_by)
 
 
 ADAPTERS = (
     _a("vtrace", "sequence", "clipped:1",
-       "V-trace target, rho_bar = c_bar = 1 (rlax defaults): V^pitilde with pitilde ∝ min(mu, pi)", vtrace),
+       "V-trace target, rho_bar = c_bar = 1 (rlax defaults): V^pitilde with pitilde ∝ min(mu, pi)", vtrace,
+       "rho_bar = 1"),
     _a("vtrace_td_error_and_advantage", "sequence", "clipped:1",
        "V-trace target and pg advantage min(rho, 1)(r + g vs' - V): V^pitilde (c = 1)",
-       vtrace_td_error_and_advantage),
+       vtrace_td_error_and_advantage, "rho_bar = 1"),
     _a("importance_corrected_td_errors", "sequence", "vpi",
        "per-decision importance-sampled TD(lambda = 0.95) errors (unclipped): V^pi",
        importance_corrected_td_errors),
@@ -152,7 +153,7 @@ ADAPTERS = (
        truncated_generalized_advantage_estimation),
     _a("clipped_surrogate_pg_loss", "actor", "vpi",
        "PPO clipped surrogate, epsilon = 0.2, ratio to the behaviour: the policy gradient inside the trust region",
-       clipped_surrogate_pg_loss),
+       clipped_surrogate_pg_loss, "PPO clip"),
     _a("policy_gradient_loss", "actor", "vpi", "REINFORCE -A log pi (w = 1): the on-policy policy gradient",
        policy_gradient_loss),
 )
