@@ -24,6 +24,14 @@ from vccc_jax.verify.user import Target, check_all
 
 pytest.importorskip("rlax")
 
+
+@pytest.fixture(autouse=True)
+def _x64_restored():
+    """The bridge turns float64 mode on process-wide (torch_bridge.require_x64): restore it."""
+    before = jax.config.jax_enable_x64
+    yield
+    jax.config.update("jax_enable_x64", before)
+
 T, B = 4, 3
 GROUP = GroupSpec("episodic", 4, 2, 8)
 

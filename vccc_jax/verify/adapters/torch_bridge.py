@@ -8,7 +8,9 @@ the inputs come from JAX as float64 NumPy arrays (:func:`host_loss`, a
 torch float64 tensors, ``loss.backward()``), and a ``jax.custom_vjp`` hands that gradient
 back, so the actor weight the verifier reads is exactly -d loss / d log_prob by autograd.
 Only d / d log_pi is returned (log_mu and the advantages are data: their cotangents are 0).
-Under ``jax.vmap`` the callback runs once per batch element (``vmap_method="sequential"``).
+Under ``jax.vmap`` the callback receives the batched arrays and loops over the batch on the
+host in NumPy (``vmap_method="broadcast_all"``; JAX's "sequential" rule stacks the results
+with jnp on the callback's thread, where a caller's ``jax.enable_x64`` does not hold).
 
 A critic target enters the sequence contract the same way without a gradient
 (:func:`host_sequence`): ``fn(log_rhos, discounts, rewards, values, bootstrap_value)`` in
@@ -33,18 +35,36 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def require_x64() -> None:
+    """Turn JAX's float64 mode on for the whole process.
+
+    A host callback runs on one of XLA's threads, where the caller's thread-local
+    ``jax.enable_x64(True)`` does not hold: JAX would canonicalise the callback's float64
+    inputs and outputs to float32 there (``jax._src.callback``). The bridged functions are
+    checked in float64 only, so building one (``host_loss`` / ``host_sequence``) sets the flag
+    globally for the process (a ``vccc verify`` run; tests restore it)."""
+    jax.config.update("jax_enable_x64", True)
+
+
 def host_loss(value_and_grad: Callable) -> Callable:
-    """``loss(log_pi, log_mu, advantages) -> scalar`` (JAX) from a host ``value_and_grad``."""
+    """``loss(log_pi, log_mu, advantages) -> scalar`` (JAX) from a host ``value_and_grad``
+    (sets float64 mode: :func:`require_x64`)."""
+    require_x64()
 
     def call(lp, lm, a):
         out = (jax.ShapeDtypeStruct((), lp.dtype), jax.ShapeDtypeStruct(lp.shape, lp.dtype))
+        dtype, nd = np.dtype(lp.dtype), lp.ndim
 
         def host(x, y, z):
-            val, grad = value_and_grad(np.asarray(x, np.float64), np.asarray(y, np.float64),
-                                       np.asarray(z, np.float64))
-            return np.asarray(val, x.dtype), np.asarray(grad, x.dtype).reshape(x.shape)
+            batch = np.shape(x)[:np.ndim(x) - nd]
+            vals, grads = np.zeros(batch, dtype), np.zeros(np.shape(x), dtype)
+            for i in np.ndindex(batch):
+                v, g = value_and_grad(np.asarray(x[i], np.float64), np.asarray(y[i], np.float64),
+                                      np.asarray(z[i], np.float64))
+                vals[i], grads[i] = v, np.reshape(g, np.shape(x[i]))
+            return vals, grads
 
-        return jax.pure_callback(host, out, lp, lm, a, vmap_method="sequential")
+        return jax.pure_callback(host, out, lp, lm, a, vmap_method="broadcast_all")
 
     @jax.custom_vjp
     def loss(log_pi, log_mu, advantages):
@@ -64,16 +84,23 @@ def host_loss(value_and_grad: Callable) -> Callable:
 
 def host_sequence(fn: Callable) -> Callable:
     """A sequence target ``(log_rhos, discounts, rewards, values, bootstrap_value) -> vs`` (JAX)
-    from a NumPy ``fn`` of the same arguments (a constant: zero gradient)."""
+    from a NumPy ``fn`` of the same arguments (a constant: zero gradient; :func:`require_x64`)."""
+    require_x64()
 
     def target(log_rhos, discounts, rewards, values, bootstrap_value):
         args = [jax.lax.stop_gradient(x) for x in (log_rhos, discounts, rewards, values, bootstrap_value)]
 
+        dtype, nd = np.dtype(log_rhos.dtype), log_rhos.ndim
+
         def host(*xs):
-            return np.asarray(fn(*[np.asarray(x, np.float64) for x in xs]), xs[0].dtype).reshape(xs[0].shape)
+            batch = np.shape(xs[0])[:np.ndim(xs[0]) - nd]
+            out = np.zeros(np.shape(xs[0]), dtype)
+            for i in np.ndindex(batch):
+                out[i] = np.reshape(fn(*[np.asarray(x[i], np.float64) for x in xs]), np.shape(out[i]))
+            return out
 
         return jax.pure_callback(host, jax.ShapeDtypeStruct(log_rhos.shape, log_rhos.dtype), *args,
-                                 vmap_method="sequential")
+                                 vmap_method="broadcast_all")
 
     return target
 
