@@ -235,3 +235,43 @@ def test_field_audit_verdicts_rlax_and_a_bridged_loss():
     assert field_audit.verdict(au).startswith("**biased by design**")
     au = field_audit.Audit(table["rlax:td_lambda"], {0: r0[2], 4: r4[2]}, {0: r0[2], 4: r4[2]})
     assert field_audit.verdict(au).startswith("**biased by staleness alone**")
+
+
+def standin_tunix_gae(rewards, values, completion_mask, gamma, gae_lambda):
+    """Stand-in with the signature of tunix's compute_gae_advantages ([bs, L], one gamma per
+    row, next value 0 after the last token, masked tokens skipped), as a NumPy loop."""
+    r, v, m = (np.asarray(x, np.float64) for x in (rewards, values, completion_mask))
+    g = np.asarray(gamma, np.float64)
+    adv, gae, nv = np.zeros_like(r), np.zeros(r.shape[0]), np.zeros(r.shape[0])
+    for t in reversed(range(r.shape[1])):
+        delta = r[:, t] + g * nv - v[:, t]
+        new = delta + g * gae_lambda * gae
+        nv = v[:, t] * m[:, t] + (1 - m[:, t]) * nv
+        gae = new * m[:, t] + (1 - m[:, t]) * gae
+        adv[:, t] = gae
+    return jnp.asarray(adv), jnp.asarray(adv + v)
+
+
+def test_tunix_gae_adapter_maps_bootstrap_and_episode_ends_on_a_standin(monkeypatch):
+    """The adapter's mapping (gamma per trajectory, bootstrap folded into the last reward,
+    tokens after an episode's end masked and left at their value) gives the lambda = 1 return
+    of a time-major trajectory with per-step discounts gamma_b or 0."""
+    import types
+
+    from vccc_jax.verify.adapters import tunix as tu
+
+    monkeypatch.setattr(tu, "algo_core", lambda: types.SimpleNamespace(compute_gae_advantages=standin_tunix_gae))
+    x = _inputs(6)
+    gam = np.array([0.9, 0.8, 1.0])
+    x["discounts"] = np.broadcast_to(gam, (T, B)).copy()
+    x["discounts"][1:, 1] = 0.0                      # trajectory 1 ends after step 1
+    got = _call_module(tu.compute_gae_advantages, x)
+    ref = ref_lambda(x, 1.0)
+    np.testing.assert_allclose(got[:, [0, 2]], ref[:, [0, 2]], atol=1e-12)
+    np.testing.assert_allclose(got[:2, 1], ref[:2, 1], atol=1e-12)
+    np.testing.assert_allclose(got[2:, 1], x["values"][2:, 1], atol=0)
+
+
+def _call_module(fn, x):
+    with jax.enable_x64(True):
+        return np.asarray(fn(**{k: jnp.asarray(v) for k, v in x.items()}))
