@@ -25,6 +25,7 @@ sequence-level losses such as GSPO see |y| = 1) -- :func:`policy_loss` with
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 from typing import Any, Optional
 
@@ -71,9 +72,7 @@ def core_algos():
     tb.stub_module("verl.utils.import_utils", deprecated=lambda *a, **k: (lambda f: f))
     tb.stub_module("verl.trainer.config", AlgoConfig=type("AlgoConfig", (), {}))
     tb.stub_module("verl.workers.config", ActorConfig=Config)  # isinstance(config, ActorConfig) holds
-    try:
-        import omegaconf  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("omegaconf") is None:  # verl only type-checks DictConfig here
         tb.stub_module("omegaconf", DictConfig=type("DictConfig", (), {}))
     return tb.load_file("verl.trainer.ppo.core_algos", root / "trainer" / "ppo" / "core_algos.py")
 
