@@ -184,6 +184,9 @@ def _field_audit(args) -> int:
             chosen.append(a)
         except ImportError as e:
             print(f"skipped {a.key}: {e}", flush=True)
+    chosen, unchecked = field_audit.checkable(chosen)
+    for a, why in unchecked:
+        print(f"not checkable {a.key}: {why}", flush=True)
     if not chosen:
         return _fail("no adapter of --libraries could be built (install the audit extra: make audit)")
     try:
@@ -196,7 +199,8 @@ def _field_audit(args) -> int:
     seconds = time.perf_counter() - t0
     cmd = "vccc verify --field-audit --libraries " + ",".join(libs) + (" --quick" if args.quick else "") + (
         f" --out {args.out}" if args.out else "")
-    text = field_audit.markdown(audits, cross, quick=args.quick, cmd=cmd, seconds=seconds, load=load, kl=kl)
+    text = field_audit.markdown(audits, cross, quick=args.quick, cmd=cmd, seconds=seconds, load=load, kl=kl,
+                                unchecked=unchecked)
     print(text)
     if args.out:
         with open(args.out, "w") as f:

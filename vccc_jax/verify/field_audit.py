@@ -44,6 +44,21 @@ def targets_for(adapters: Sequence[Adapter]) -> list[Target]:
     return out
 
 
+def checkable(adapters: Sequence[Adapter]) -> tuple[list[Adapter], list[tuple[Adapter, str]]]:
+    """(adapters that pass the contract's preflight, [(adapter, the one-line reason) for the rest])
+    -- e.g. a loss that couples tokens (a batch statistic) is not a per-token mean."""
+    from vccc_jax.verify.contracts import TargetError, preflight
+
+    ok, bad = [], []
+    for a in adapters:
+        try:
+            preflight(Target(a.key, a.kind, a.claim).resolve()[3])
+            ok.append(a)
+        except (TargetError, ImportError) as e:
+            bad.append((a, str(e)))
+    return ok, bad
+
+
 def run(adapters: Sequence[Adapter], lags: Sequence[int] = lagmod.LAGS, *, quick: bool = True, seed: int = 0,
         num_mdps: Optional[int] = None, num_samples: Optional[int] = None,
         log: Callable[[str], None] = lambda s: None) -> list[Audit]:
@@ -195,7 +210,7 @@ def cross_rows(table: dict, rng_seed: int = 0, n_random: int = 64) -> list[Cross
 
 
 def markdown(audits: Sequence[Audit], cross: Sequence[CrossRow], *, quick: bool, cmd: str, seconds: float,
-             load: str, kl: dict) -> str:
+             load: str, kl: dict, unchecked: Sequence[tuple[Adapter, str]] = ()) -> str:
     lags = sorted(next(iter(audits)).claim) if audits else []
     lines = [
         "# Field audit: other libraries' estimators, unchanged, checked exactly under staleness",
@@ -232,6 +247,10 @@ def markdown(audits: Sequence[Audit], cross: Sequence[CrossRow], *, quick: bool,
         diag = diag.replace("|", "\\|")
         lines.append(f"| {a.library} | {a.version()} | `{a.calls}` | {a.claims} (`--claim {a.claim}`) | "
                      + " | ".join(cells) + f" | {biases} | {diag} | {verdict(au)} | `{command(au, lags[-1], quick)}` |")
+    for a, why in unchecked:
+        lines.append(f"| {a.library} | {a.version()} | `{a.calls}` | {a.claims} | " + " | ".join("n/a" for _ in lags)
+                     + f" | n/a | not checkable under the contract: {why.replace('|', '/')} | **not checked** | "
+                     f"`vccc verify --target {a.key}` |")
     if cross:
         lines += ["", "## Cross-implementation: our actor table vs theirs",
                   "", "Per-token weight on A grad log pi (theirs: -n d loss / d log pi / A by autograd), "
