@@ -141,14 +141,17 @@ class CrossRow:
         return self.max_diff_random <= 1e-9 and self.max_diff_edge <= 1e-9
 
 
-# (our actor-table row, its parameters, the adapter it is compared with, what the comparison reads)
+# (our actor-table row, its parameters, the adapter it is compared with). The parameters are the
+# library's as the adapter passes them (verl's config clip 0.2 / 0.2; AReaL's rejection cap 5).
 CROSS = (
     ("ppo", {"epsilon": 0.2}, "rlax:clipped_surrogate_pg_loss"),
     ("none", {}, "rlax:policy_gradient_loss"),
-    ("ppo", {"epsilon": 0.2}, "verl:vanilla"),
-    ("gspo", {"eps_low": 3e-4, "eps_high": 4e-4}, "verl:gspo"),
-    ("cispo", {"eps_low": 1.0, "eps_high": 2.0}, "verl:cispo"),
-    ("ppo", {"epsilon": 0.2}, "areal:ppo_actor_loss_fn"),
+    ("ppo", {"epsilon": 0.2}, "verl:vanilla"),      # verl adds a dual clip (c = 3) for A < 0
+    ("gspo", {"eps_low": 0.2, "eps_high": 0.2}, "verl:gspo"),
+    ("cispo", {"eps_low": 0.2, "eps_high": 0.2}, "verl:cispo"),
+    ("none", {}, "verl:gpg"),
+    ("areal", {"cap": 5.0}, "areal:ppo_actor_loss_fn"),
+    ("none", {}, "areal:ppo_actor_loss_fn_no_rs"),
 )
 EDGE = ((np.array([30.0, -29.0, 0.0]), -1.0), (np.array([30.0, -29.5, 0.0]), -1.0),
         (np.array([25.0, 0.01, -0.02, 0.03]), 1.0), (np.array([0.3, -0.25, 0.1]), 1.0))
@@ -186,6 +189,7 @@ def cross_rows(table: dict, rng_seed: int = 0, n_random: int = 64) -> list[Cross
             continue
         try:
             loss = table[key].build()
+            loss = loss.one_sequence() if hasattr(loss, "one_sequence") else loss  # one response of n tokens
         except ImportError as e:
             out.append(CrossRow(name, key, float("nan"), float("nan"), f"not run: {e}"))
             continue
