@@ -275,3 +275,22 @@ def test_tunix_gae_adapter_maps_bootstrap_and_episode_ends_on_a_standin(monkeypa
 def _call_module(fn, x):
     with jax.enable_x64(True):
         return np.asarray(fn(**{k: jnp.asarray(v) for k, v in x.items()}))
+
+
+def published_gspo(log_pi, log_mu, advantages, eps=0.2):
+    """GSPO as published (Zheng et al. 2025) on ONE response, token-mean: s = exp(mean log rho),
+    per token s_t = sg(s) pi_t / sg(pi_t), loss = -mean(min(s_t A, clip(s_t, 1 - eps, 1 + eps) A))."""
+    sg = jax.lax.stop_gradient
+    s = jnp.exp(jnp.mean(sg(log_pi) - log_mu))
+    s_t = sg(s) * jnp.exp(log_pi - sg(log_pi))
+    return -jnp.mean(jnp.minimum(s_t * advantages, jnp.clip(s_t, 1 - eps, 1 + eps) * advantages))
+
+
+def test_cross_rows_compare_our_row_with_a_library_loss_per_token():
+    """cross_rows reads -n d loss / d log pi / A of the library loss and compares it with our
+    row: our gspo row equals the published GSPO on random responses (1e-12)."""
+    table = {"verl:gspo": adapters.Adapter("verl", "gspo", "published", "actor", "vpi", "", lambda: published_gspo,
+                                           lambda: "test")}
+    (row,) = field_audit.cross_rows(table, n_random=16)
+    assert (row.ours, row.theirs) == ("gspo", "verl:gspo")
+    assert row.max_diff_random <= 1e-12
