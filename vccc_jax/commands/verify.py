@@ -197,10 +197,14 @@ def _field_audit(args) -> int:
     cross = field_audit.cross_rows(adapters.registry())
     kl = field_audit.lag_kl(lags.LAGS, args.quick, args.seed, args.num_mdps)
     seconds = time.perf_counter() - t0
-    cmd = "vccc verify --field-audit --libraries " + ",".join(libs) + (" --quick" if args.quick else "") + (
+    options = " ".join(x for x in ("--quick" if args.quick else "",
+                                   f"--num-mdps {args.num_mdps}" if args.num_mdps is not None else "",
+                                   f"--samples {args.samples}" if args.samples is not None else "",
+                                   f"--seed {args.seed}" if args.seed else "") if x)
+    cmd = "vccc verify --field-audit --libraries " + ",".join(libs) + (f" {options}" if options else "") + (
         f" --out {args.out}" if args.out else "")
     text = field_audit.markdown(audits, cross, quick=args.quick, cmd=cmd, seconds=seconds, load=load, kl=kl,
-                                unchecked=unchecked)
+                                unchecked=unchecked, options=options)
     print(text)
     if args.out:
         with open(args.out, "w") as f:

@@ -85,7 +85,8 @@ def _version() -> str:
 
 ADAPTERS = (
     Adapter("areal", "ppo_actor_loss_fn", "areal.utils.functional.ppo_actor_loss_fn", "actor", "vpi",
-            "decoupled PPO, proximal = current policy, default rejection sampling (behaviour weight, mask > 5)",
+            "decoupled PPO, proximal = current policy, default rejection sampling (behaviour weight, mask > 5; "
+            "AReaL forms that weight in float32: relative error ~1e-7)",
             functools.partial(ppo_actor_loss, True), _version, biased_by="the rejection mask (weight > 5 dropped)"),
     Adapter("areal", "ppo_actor_loss_fn_no_rs", "areal.utils.functional.ppo_actor_loss_fn", "actor", "vpi",
             "decoupled PPO, proximal = current policy, rejection_sampling=None (no behaviour weight)",
