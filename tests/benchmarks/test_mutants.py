@@ -148,11 +148,12 @@ def test_run_writes_the_table_and_resumes(tmp_path, monkeypatch):
     n = len(seen)
     assert [r["name"] for r in mb.run(mb.MUTANTS, out, fast=True, root=root)] == ["plus", "minus"]
     assert len(seen) == n  # nothing re-judged
-    mb.run(mb.MUTANTS, out, fast=False, root=root)  # "plus" ran no verify: judged again
-    assert len(seen) == n + 1 and mb.load(out)["plus"]["verify"] == "survived"
+    mb.run(mb.MUTANTS, out, fast=False, root=root)  # "plus" ran no verify: only verify runs
+    assert len(seen) == n and mb.load(out)["plus"]["verify"] == "survived"
+    assert mb.load(out)["plus"]["test"] == "tests/envs/test_lag.py::test_x"
     (root / "tests" / "envs" / "test_lag.py").write_text("def test_y():\n    pass\n")
     mb.run(mb.MUTANTS, out, root=root)  # a test file changed: both judged again
-    assert len(seen) == n + 3
+    assert len(seen) == n + 2
     assert real_copy is mb.make_copy and not list(copies.iterdir())  # every copy removed
 
 
@@ -161,3 +162,30 @@ def test_cli_errors_are_one_line(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("vccc bench: --only: unknown mutants ['nope']") and "\n" not in err
     assert cli.main(["bench", "mutants", "--jobs", "0"]) == 2
+
+
+def test_clean_verify_is_cached_until_an_imported_file_changes(tmp_path, monkeypatch):
+    root = _tree(tmp_path)
+    (root / "vccc_jax" / "envs" / "make.py").write_text("x = 1\n")
+    calls = []
+
+    def fake_verify(copy, timeout):
+        calls.append(copy)
+        return 0, "all pass", {"vccc_jax/envs/lag.py"}, 0.0
+
+    monkeypatch.setattr(mb, "run_verify", fake_verify)
+    copies = mb.queue.Queue()
+    copies.put(root)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = (copies, out, None, lambda s: None, root)
+    assert mb.clean_verify(*args) == {"vccc_jax/envs/lag.py"} and len(calls) == 1
+    (root / "vccc_jax" / "envs" / "make.py").write_text("x = 2\n")  # not imported by verify
+    assert mb.clean_verify(*args) == {"vccc_jax/envs/lag.py"} and len(calls) == 1
+    (root / "vccc_jax" / "envs" / "lag.py").write_text("a = 2\n")
+    mb.clean_verify(*args)
+    assert len(calls) == 2
+    monkeypatch.setattr(mb, "run_verify", lambda copy, timeout: (1, "1 FAIL", set(), 0.0))
+    (root / "vccc_jax" / "envs" / "lag.py").write_text("a = 3\n")
+    with pytest.raises(RuntimeError, match="fails on the clean copy"):
+        mb.clean_verify(*args)

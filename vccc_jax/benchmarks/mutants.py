@@ -173,16 +173,21 @@ def tests_verdict(rc: Optional[int], out: str) -> tuple[str, str]:
 
 
 def judge(m: Mutant, copy: Path, tests: Sequence[str], verify_modules: Optional[set], *,
-          fast: bool, timeout: Optional[float]) -> dict:
+          fast: bool, timeout: Optional[float], known: Optional[dict] = None) -> dict:
     """Apply ``m`` in ``copy``, run its module tests then verify, restore the file; one record.
-    ``verify_modules``: the files a clean verify imports (None: run verify regardless)."""
+    ``verify_modules``: the files a clean verify imports (None: run verify regardless).
+    ``known``: a record of the same mutant and hash whose verify was skipped (--fast): its
+    test verdict is kept and only verify runs."""
     path = copy / m.file
     clean = path.read_text()
     t0 = time.perf_counter()
     try:
         path.write_text(clean.replace(m.original, m.replacement, 1))
-        rc, out, _ = _run((*PYTEST, *tests), copy, timeout)
-        tests_v, test_id = tests_verdict(rc, out)
+        if known is not None:
+            tests_v, test_id = known["tests"], known["test"]
+        else:
+            rc, out, _ = _run((*PYTEST, *tests), copy, timeout)
+            tests_v, test_id = tests_verdict(rc, out)
         if verify_modules is not None and m.file not in verify_modules:
             verify_v, detail = "not loaded", ""
         elif fast and tests_v == "caught":
@@ -208,17 +213,23 @@ def reusable(record: Optional[dict], digest: str, fast: bool) -> bool:
             and (fast or record.get("verify") != "skipped"))
 
 
+def _files_hash(files, root: Path) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        path = root / rel
+        h.update(rel.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(gone)"))
+    return h.hexdigest()[:16]
+
+
 def clean_verify(copies: queue.Queue, out_dir: Path, timeout: Optional[float],
                  progress: Callable[[str], None], root: Path = ROOT) -> set:
     """The vccc_jax files a clean ``vccc verify --quick`` imports (it must pass), cached in
-    ``OUT/verify_modules.json`` under a hash of every vccc_jax source file."""
-    h = hashlib.sha256()
-    for p in sorted((root / "vccc_jax").rglob("*.py")):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
+    ``OUT/verify_modules.json`` with a hash of those files: while none of them changes, the
+    same files are imported (a file that is not imported runs no code)."""
     cache = out_dir / "verify_modules.json"
     if cache.is_file():
         stored = json.loads(cache.read_text())
-        if stored.get("hash") == h.hexdigest()[:16]:
+        if stored.get("hash") == _files_hash(stored["files"], root):
             return set(stored["files"])
     copy = copies.get()
     try:
@@ -229,7 +240,8 @@ def clean_verify(copies: queue.Queue, out_dir: Path, timeout: Optional[float],
         raise RuntimeError(f"vccc verify --quick fails on the clean copy (exit {rc}):\n"
                            + "\n".join(out.splitlines()[-20:]))
     progress(f"clean verify --quick: pass in {sec:.0f} s, {len(files)} vccc_jax files imported")
-    cache.write_text(json.dumps({"hash": h.hexdigest()[:16], "files": sorted(files)}, indent=1))
+    cache.write_text(json.dumps({"hash": _files_hash(files, root), "files": sorted(files)},
+                                indent=1))
     return files
 
 
@@ -259,7 +271,10 @@ def run(mutants: Sequence[Mutant], out_dir: Path, *, jobs: int = 1, fast: bool =
             m, tests, digest = item
             copy = copies.get()
             try:
-                rec = judge(m, copy, tests, verify_modules, fast=fast, timeout=timeout)
+                old = records.get(m.name)
+                known = old if old and old.get("hash") == digest else None
+                rec = judge(m, copy, tests, verify_modules, fast=fast, timeout=timeout,
+                            known=known)
             finally:
                 copies.put(copy)
             rec["hash"] = digest
