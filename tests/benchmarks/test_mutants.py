@@ -123,6 +123,8 @@ def test_judge_mutates_the_copy_only_and_restores_it(tmp_path, monkeypatch):
     assert (copy / "tests" / "other.py").is_file() and copy != root
     assert mb.judge(m, copy, [], loaded, fast=True, timeout=None)["verify"] == "skipped"
     assert mb.judge(m, copy, [], set(), fast=False, timeout=None)["verify"] == "not loaded"
+    assert mb.judge(m._replace(replacement="b = a - 2"), copy, [], loaded, fast=None,
+                    timeout=None)["verify"] == "skipped"  # --tests-only
     survivor = m._replace(replacement="b = a - 2")
     assert mb.judge(survivor, copy, [], loaded, fast=True, timeout=None)["tests"] == "survived"
     shutil.rmtree(copy.parent)
@@ -183,6 +185,7 @@ def test_clean_verify_is_cached_until_an_imported_file_changes(tmp_path, monkeyp
     (root / "vccc_jax" / "envs" / "make.py").write_text("x = 2\n")  # not imported by verify
     assert mb.clean_verify(*args) == {"vccc_jax/envs/lag.py"} and len(calls) == 1
     (root / "vccc_jax" / "envs" / "lag.py").write_text("a = 2\n")
+    assert mb.clean_verify(*args, run=False) is None  # --tests-only never runs verify
     mb.clean_verify(*args)
     assert len(calls) == 2
     monkeypatch.setattr(mb, "run_verify", lambda copy, timeout: (1, "1 FAIL", set(), 0.0))

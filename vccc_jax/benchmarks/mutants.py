@@ -173,9 +173,10 @@ def tests_verdict(rc: Optional[int], out: str) -> tuple[str, str]:
 
 
 def judge(m: Mutant, copy: Path, tests: Sequence[str], verify_modules: Optional[set], *,
-          fast: bool, timeout: Optional[float], known: Optional[dict] = None) -> dict:
+          fast: Optional[bool], timeout: Optional[float], known: Optional[dict] = None) -> dict:
     """Apply ``m`` in ``copy``, run its module tests then verify, restore the file; one record.
     ``verify_modules``: the files a clean verify imports (None: run verify regardless).
+    ``fast``: True skips verify once the tests caught the mutant; None skips it always.
     ``known``: a record of the same mutant and hash whose verify was skipped (--fast): its
     test verdict is kept and only verify runs."""
     path = copy / m.file
@@ -190,7 +191,7 @@ def judge(m: Mutant, copy: Path, tests: Sequence[str], verify_modules: Optional[
             tests_v, test_id = tests_verdict(rc, out)
         if verify_modules is not None and m.file not in verify_modules:
             verify_v, detail = "not loaded", ""
-        elif fast and tests_v == "caught":
+        elif fast is None or (fast and tests_v == "caught"):
             verify_v, detail = "skipped", ""
         else:
             rc, out, _, _ = run_verify(copy, timeout)
@@ -222,7 +223,8 @@ def _files_hash(files, root: Path) -> str:
 
 
 def clean_verify(copies: queue.Queue, out_dir: Path, timeout: Optional[float],
-                 progress: Callable[[str], None], root: Path = ROOT) -> set:
+                 progress: Callable[[str], None], root: Path = ROOT,
+                 run: bool = True) -> Optional[set]:
     """The vccc_jax files a clean ``vccc verify --quick`` imports (it must pass), cached in
     ``OUT/verify_modules.json`` with a hash of those files: while none of them changes, the
     same files are imported (a file that is not imported runs no code)."""
@@ -231,6 +233,8 @@ def clean_verify(copies: queue.Queue, out_dir: Path, timeout: Optional[float],
         stored = json.loads(cache.read_text())
         if stored.get("hash") == _files_hash(stored["files"], root):
             return set(stored["files"])
+    if not run:  # --tests-only: use the list if it is cached, never run verify for it
+        return None
     copy = copies.get()
     try:
         rc, out, files, sec = run_verify(copy, timeout)
@@ -245,10 +249,12 @@ def clean_verify(copies: queue.Queue, out_dir: Path, timeout: Optional[float],
     return files
 
 
-def run(mutants: Sequence[Mutant], out_dir: Path, *, jobs: int = 1, fast: bool = False,
+def run(mutants: Sequence[Mutant], out_dir: Path, *, jobs: int = 1, fast: Optional[bool] = False,
         timeout: Optional[float] = None, progress: Callable[[str], None] = lambda s: None,
         root: Path = ROOT) -> list[dict]:
-    """Judge every mutant not already judged in ``out_dir`` (written after each one)."""
+    """Judge every mutant not already judged in ``out_dir`` (written after each one).
+    ``fast``: False runs both checks, True skips verify once the tests caught the mutant,
+    None never runs verify (module tests only; a later run without it fills verify in)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plan = []
@@ -257,13 +263,14 @@ def run(mutants: Sequence[Mutant], out_dir: Path, *, jobs: int = 1, fast: bool =
         tests = test_files(m, root)
         plan.append((m, tests, fingerprint(m, tests, root)))
     records = load(out_dir)
-    todo = [p for p in plan if not reusable(records.get(p[0].name), p[2], fast)]
+    todo = [p for p in plan if not reusable(records.get(p[0].name), p[2], fast is not False)]
     progress(f"{len(plan) - len(todo)} of {len(plan)} mutants already judged; {len(todo)} to run")
     if todo:
         copies = queue.Queue()
         for _ in range(min(jobs, len(todo))):
             copies.put(make_copy(root))
-        verify_modules = clean_verify(copies, out_dir, timeout, progress, root)
+        verify_modules = clean_verify(copies, out_dir, timeout, progress, root,
+                                      run=fast is not None)
 
         lock = threading.Lock()
 

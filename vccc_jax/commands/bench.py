@@ -9,7 +9,7 @@ printing of the benchmarks.
     vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
     vccc bench commands   [--group start|comparators|all] [--only a,b] [--out FILE.md]
                           [--readme README.md]
-    vccc bench mutants    [--only a,b] [--jobs N] [--fast] [--out DIR] [--timeout S] [--list]
+    vccc bench mutants    [--only a,b] [--jobs N] [--fast | --tests-only] [--out DIR] [--list]
 
 The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
 this module parses, validates, prints the header before the (long) measurements, progress
@@ -436,6 +436,8 @@ def mutants_parser() -> Parser:
                    help="mutants judged at once, each in its own scratch copy (default 1)")
     p.add_argument("--fast", action="store_true",
                    help="skip vccc verify for a mutant its module tests already caught")
+    p.add_argument("--tests-only", action="store_true",
+                   help="never run vccc verify (a later run without it fills that column in)")
     p.add_argument("--out", default="results/mutants",
                    help="mutants.json (kept: a re-run skips judged mutants) and mutants.md")
     p.add_argument("--timeout", type=_positive(float), default=1800.0,
@@ -460,7 +462,8 @@ def mutants(argv: list[str]) -> Callable[[], int]:
             for m in chosen:
                 _out(f"{m.name:<34} {m.file:<36} {' '.join(b.test_files(m))}")
             return 0
-        records = b.run(chosen, out, jobs=args.jobs, fast=args.fast, timeout=args.timeout,
+        fast = None if args.tests_only else args.fast
+        records = b.run(chosen, out, jobs=args.jobs, fast=fast, timeout=args.timeout,
                         progress=_err)
         _out(b.format_table(records))
         _out(f"\nwritten: {out}/mutants.json, {out}/mutants.md")
