@@ -16,7 +16,9 @@ working tree is never modified), alone, and judged by two checks:
 The copy imports its own ``vccc_jax`` (``PYTHONPATH`` first, no bytecode written, the
 compile cache off). Judgements are kept in ``OUT/mutants.json`` keyed by a hash of the
 mutant, the mutated file and its test files, so a re-run skips what is already judged;
-``OUT/mutants.md`` is the table. Flags and printing live in :mod:`vccc_jax.commands.bench`.
+``OUT/mutants.md`` is the table. ``--fast`` skips verify for a mutant the tests caught;
+``--tests-only`` never runs it (the column says "skipped" until a later run fills it in).
+Flags and printing live in :mod:`vccc_jax.commands.bench`.
 """
 
 from __future__ import annotations
