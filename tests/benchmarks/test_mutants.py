@@ -156,6 +156,9 @@ def test_run_writes_the_table_and_resumes(tmp_path, monkeypatch):
     (root / "tests" / "envs" / "test_lag.py").write_text("def test_y():\n    pass\n")
     mb.run(mb.MUTANTS, out, root=root)  # a test file changed: both judged again
     assert len(seen) == n + 2
+    shown = mb.format_table([dict(r, verify="skipped") for r in mb.load(out).values()])
+    assert shown.endswith("1/2 caught (verify 0, module tests 1); 1 survive (1 not yet run "
+                          "against verify)")
     assert real_copy is mb.make_copy and not list(copies.iterdir())  # every copy removed
 
 

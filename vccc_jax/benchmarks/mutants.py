@@ -330,7 +330,9 @@ def format_table(records: Sequence[dict], markdown: bool = False) -> str:
                  for row in (head, *rows)]
     n = len(records)
     k = sum(caught(r) for r in records)
+    unverified = sum(not caught(r) and r["verify"] == "skipped" for r in records)
     lines.append(f"\n{k}/{n} caught (verify {sum(r['verify'] == 'caught' for r in records)}, "
                  f"module tests {sum(r['tests'] == 'caught' for r in records)}); "
-                 f"{n - k} survive both")
+                 f"{n - k} survive" + (f" ({unverified} not yet run against verify)"
+                                       if unverified else " both"))
     return "\n".join(lines)
