@@ -23,7 +23,7 @@ class Mutant(NamedTuple):
     tests: tuple = ()
 
 
-_TRAINER = ("tests/train/test_trainer_envs.py",)
+_TRAINER = ("tests/train/test_conformance.py", "tests/train/test_trainer_envs.py")
 _BYO = ("tests/verify/test_byo.py",)
 
 MUTANTS = (
