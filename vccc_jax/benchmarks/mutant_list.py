@@ -138,7 +138,7 @@ MUTANTS = (
            "ESS by lag stored oldest-first (index != lag)",
            tests=("tests/runs/test_results.py",)),
     Mutant("store-drops-last-row", "vccc_jax/runs/store.py",
-           'end = data.rfind(b"\\n") + 1', 'end = data.rfind(b"\\n")',
+           'end = data.rfind(b"\\n") + 1  # 0 when', 'end = data.rfind(b"\\n")  # 0 when',
            "the last complete row of a result store is dropped (and recomputed on resume)"),
     Mutant("progress-eta-inverted", "vccc_jax/runs/progress.py",
            "return (self.total - self.done) * max(seconds, 1e-9) / computed",
