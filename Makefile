@@ -9,7 +9,7 @@ comma  := ,
 EXTRAS := dev$(if $(ACCEL),$(comma)$(ACCEL))
 STAMP  := $(VENV)/.installed$(if $(ACCEL),-$(ACCEL))
 
-.PHONY: venv lint test sweep verify bench bench-device figures notebooks clean
+.PHONY: venv lint test sweep verify audit bench bench-device figures notebooks clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,18 @@ sweep: $(STAMP)
 
 verify: $(STAMP)
 	$(VENV)/bin/vccc verify
+
+# The field audit (docs/field_audit.md): rlax, verl, AReaL and tunix's estimators checked exactly
+# at lags 0, 1, 4, 16. torch (the `audit` extra) from PyPI; verl / AReaL / tunix are not
+# installed (heavy dependencies): their wheels are downloaded without dependencies and
+# unpacked in .audit/src, and the adapters import the audited files by path.
+AUDIT_WHEELS := verl==0.9.1 areal==1.0.4 google-tunix==0.1.7
+audit: $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,audit]'
+	$(PY) -m pip download -q --no-deps -d .audit/wheels $(AUDIT_WHEELS)
+	for w in .audit/wheels/*.whl; do \
+	  $(PY) -m zipfile -e $$w .audit/src/$$(basename $$w | cut -d- -f1-2); done
+	$(VENV)/bin/vccc verify --field-audit --quick --num-mdps 16 --samples 256 --out docs/field_audit.md
 
 figures: $(STAMP)
 	$(VENV)/bin/vccc figures --results results --out figures --gallery docs/figures

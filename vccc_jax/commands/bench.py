@@ -9,6 +9,7 @@ printing of the benchmarks.
     vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
     vccc bench commands   [--group start|comparators|all] [--only a,b] [--out FILE.md]
                           [--readme README.md]
+    vccc bench mutants    [--only a,b] [--jobs N] [--fast | --tests-only] [--out DIR] [--list]
 
 The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
 this module parses, validates, prints the header before the (long) measurements, progress
@@ -33,6 +34,7 @@ SUMMARY = {
     "routes": "decoupled pi_old routes: trainer speed, compiled memory, extra state vs exact",
     "device": "everything a GPU/TPU host should measure, in one run: JSON + table in --out",
     "commands": "wall and CPU time of the documented vccc commands, with the load",
+    "mutants": "which checks (verify, module tests) catch realistic one-line bugs",
 }
 
 
@@ -432,8 +434,58 @@ def commands(argv: list[str]) -> Callable[[], int]:
     return bench
 
 
+# --------------------------------------------------------------------------------------
+# mutants
+# --------------------------------------------------------------------------------------
+
+
+def mutants_parser() -> Parser:
+    from vccc_jax.benchmarks import mutants as b
+
+    p = Parser(prog=f"{PROG} mutants", description=b.__doc__.split("\n\n")[0])
+    p.add_argument("--only", default=None, help="comma-separated mutant names (default: all)")
+    p.add_argument("--jobs", type=_positive(int), default=1,
+                   help="mutants judged at once, each in its own scratch copy (default 1)")
+    p.add_argument("--fast", action="store_true",
+                   help="skip vccc verify for a mutant its module tests already caught")
+    p.add_argument("--tests-only", action="store_true",
+                   help="never run vccc verify (a later run without it fills that column in)")
+    p.add_argument("--out", default="results/mutants",
+                   help="mutants.json (kept: a re-run skips judged mutants) and mutants.md")
+    p.add_argument("--timeout", type=_positive(float), default=1800.0,
+                   help="seconds per check before it counts as a timeout (default 1800)")
+    p.add_argument("--list", action="store_true", help="list the mutants and their test files")
+    return p
+
+
+def mutants(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import mutants as b
+    from vccc_jax.commands.common import check_output_dir
+
+    args = mutants_parser().parse_args(argv)
+    chosen = b.select(args.only)
+    for m in chosen:  # every snippet occurs exactly once, every mutant has tests
+        b.check_mutant(m)
+        b.test_files(m)
+    out = check_output_dir(args.out, "--out")
+
+    def bench() -> int:
+        if args.list:
+            for m in chosen:
+                _out(f"{m.name:<34} {m.file:<36} {' '.join(b.test_files(m))}")
+            return 0
+        fast = None if args.tests_only else args.fast
+        records = b.run(chosen, out, jobs=args.jobs, fast=fast, timeout=args.timeout,
+                        progress=_err)
+        _out(b.format_table(records))
+        _out(f"\nwritten: {out}/mutants.json, {out}/mutants.md")
+        return 0
+
+    return bench
+
+
 BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale,
-              "routes": routes, "device": device, "commands": commands}
+              "routes": routes, "device": device, "commands": commands, "mutants": mutants}
 
 
 @guarded("bench")

@@ -1,5 +1,12 @@
 """``vccc verify [--quick] [--json PATH] [--seed N] [--num-mdps N] [--samples N]``
-``vccc verify --target MODULE:FUNCTION [--kind K] [--claim C] [--kw NAME=VALUE ...] [--loss-ready] [...]``.
+``vccc verify --target MODULE:FUNCTION [--kind K] [--claim C] [--kw NAME=VALUE ...] [--lag L] [--loss-ready] [...]``
+``vccc verify --field-audit [--libraries rlax,verl,areal,tunix] [--out docs/field_audit.md] [--quick]``.
+
+``--target library:function`` (``rlax:vtrace``, ``verl:vanilla``, ...) checks another
+library's function unchanged through its adapter (``verify.adapters``); ``--lag L`` re-sets
+the problems so that the behaviour is the learner L updates ago (``verify.lags``).
+``--field-audit`` checks every adapter of the named libraries at lags 0, 1, 4, 16 and writes
+the table (``verify.field_audit``).
 
 Without ``--target``: runs :func:`vccc_jax.verify.run_verify` (every identity of the
 library), prints the table. With ``--target``: checks the user's estimator with
@@ -44,6 +51,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="the target's contract (default: inferred from its signature)")
     parser.add_argument("--claim", default=None, metavar="vpi|clipped:c|masked:c|any",
                         help="what the target claims (default vpi: E[Y|s] = T_pi Vbar, fixed point V^pi)")
+    parser.add_argument("--lag", type=int, default=None,
+                        help="problems at a lag: behaviour = the learner LAG NPG updates ago (0..16)")
+    parser.add_argument("--field-audit", action="store_true",
+                        help="check every library adapter at lags 0, 1, 4, 16 and write the table (--out)")
+    parser.add_argument("--libraries", default="rlax,tunix,verl,areal",
+                        help="--field-audit: comma-separated libraries (default: all)")
+    parser.add_argument("--out", metavar="PATH", help="--field-audit: write the markdown table here")
     parser.add_argument("--kw", action="append", default=[], metavar="NAME=VALUE",
                         help="extra keyword argument for the target (repeatable; VALUE is a Python literal)")
     parser.add_argument("--loss-ready", action="store_true",
@@ -85,8 +99,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as e:
             return _fail(f"cannot write --json {args.json}: {e.strerror}")
 
-    if args.target is None and (args.kind or args.claim or args.kw or args.loss_ready):
-        return _fail("--kind, --claim, --kw and --loss-ready need --target")
+    if args.lag is not None and not 0 <= args.lag <= 16:
+        return _fail(f"--lag must be in 0..16, got {args.lag}")
+    if args.field_audit:
+        if args.target is not None:
+            return _fail("--field-audit checks the library adapters: give no --target")
+        return _field_audit(args)
+    if args.out:
+        return _fail("--out needs --field-audit")
+    if args.target is None and (args.kind or args.claim or args.kw or args.lag is not None
+                                or args.loss_ready):
+        return _fail("--kind, --claim, --kw, --lag and --loss-ready need --target")
     if args.target is not None:
         try:
             kwargs = _kwargs(args.kw)
@@ -122,7 +145,8 @@ def _check_target(args, kwargs: dict) -> int:
     try:
         report = verify.check(args.target, kind=args.kind, claim=args.claim or "vpi", kwargs=kwargs,
                               quick=args.quick, key=jax.random.PRNGKey(args.seed), num_mdps=args.num_mdps,
-                              num_samples=args.samples, loss_ready=args.loss_ready)
+                              num_samples=args.samples, loss_ready=args.loss_ready,
+                              make=_lag_maker(args.lag))
     except ValueError as e:  # TargetError included: one line naming the problem
         return _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
     elapsed = time.perf_counter() - t0
@@ -133,6 +157,65 @@ def _check_target(args, kwargs: dict) -> int:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2, allow_nan=False)
     return 0 if report.passed else 1
+
+
+def _lag_maker(lag):
+    if lag is None:
+        return None
+    from vccc_jax.verify import lags
+
+    return lags.maker(lag)
+
+
+def _field_audit(args) -> int:
+    import os
+
+    from vccc_jax.verify import adapters, field_audit, lags
+
+    libs = [x for x in args.libraries.split(",") if x]
+    bad = [x for x in libs if x not in adapters.LIBRARIES]
+    if bad or not libs:
+        return _fail(f"--libraries must name some of {', '.join(adapters.LIBRARIES)}, got {args.libraries!r}")
+    if args.out:
+        try:
+            open(args.out, "a").close()
+        except OSError as e:
+            return _fail(f"cannot write --out {args.out}: {e.strerror}")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    t0 = time.perf_counter()
+    chosen = []
+    for a in field_audit.adapters_of(libs):
+        try:
+            a.build()
+            chosen.append(a)
+        except ImportError as e:
+            print(f"skipped {a.key}: {e}", flush=True)
+    chosen, unchecked = field_audit.checkable(chosen)
+    for a, why in unchecked:
+        print(f"not checkable {a.key}: {why}", flush=True)
+    if not chosen:
+        return _fail("no adapter of --libraries could be built (install the audit extra: make audit)")
+    try:
+        audits = field_audit.run(chosen, quick=args.quick, seed=args.seed, num_mdps=args.num_mdps,
+                                 num_samples=args.samples, log=lambda s: print(s, flush=True))
+    except ValueError as e:
+        return _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    cross = field_audit.cross_rows(adapters.registry())
+    kl = field_audit.lag_kl(lags.LAGS, args.quick, args.seed, args.num_mdps)
+    seconds = time.perf_counter() - t0
+    options = " ".join(x for x in ("--quick" if args.quick else "",
+                                   f"--num-mdps {args.num_mdps}" if args.num_mdps is not None else "",
+                                   f"--samples {args.samples}" if args.samples is not None else "",
+                                   f"--seed {args.seed}" if args.seed else "") if x)
+    cmd = "vccc verify --field-audit --libraries " + ",".join(libs) + (f" {options}" if options else "") + (
+        f" --out {args.out}" if args.out else "")
+    text = field_audit.markdown(audits, cross, quick=args.quick, cmd=cmd, seconds=seconds, load=load, kl=kl,
+                                unchecked=unchecked, options=options)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0
 
 
 if __name__ == "__main__":

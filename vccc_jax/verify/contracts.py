@@ -146,6 +146,9 @@ def load_target(spec: str) -> Any:
     mod_name, sep, attr = spec.partition(":")
     if not sep or not mod_name or not attr:
         raise TargetError(f"--target must be module:function or file.py:function, got {spec!r}")
+    adapted = _adapted(spec)
+    if adapted is not None:
+        return adapted
     try:
         if mod_name.endswith(".py"):
             path = Path(mod_name)
@@ -175,6 +178,21 @@ def load_target(spec: str) -> Any:
     if not callable(obj) and not isinstance(obj, CriticTarget):
         raise TargetError(f"--target {spec!r} is not a function")
     return obj
+
+
+def _adapted(spec: str):
+    """The contract-style function of a library adapter (``rlax:vtrace``, ``verl:vanilla``,
+    ...; :mod:`vccc_jax.verify.adapters`), or None when ``spec`` names no adapted library."""
+    from vccc_jax.verify import adapters
+
+    try:
+        adapter = adapters.lookup(spec)
+        return None if adapter is None else adapter.build()
+    except KeyError as e:
+        raise TargetError(f"--target {e.args[0]}") from None
+    except ImportError as e:
+        raise TargetError(f"--target {spec!r}: the library is not installed ({_one_line(e)}; "
+                          "pip install -e '.[audit]')") from None
 
 
 def _params(fn) -> dict[str, inspect.Parameter]:

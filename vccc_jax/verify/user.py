@@ -118,7 +118,7 @@ def _groups(quick: bool, num_mdps: Optional[int], groups):
 
 def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key=None,
               num_mdps: Optional[int] = None, num_samples: Optional[int] = None, groups=None,
-              loss_ready: bool = False) -> list[Report]:
+              loss_ready: bool = False, make=None) -> list[Report]:
     """:func:`check` for several targets; targets of one kind share one compiled graph per group.
 
     Args:
@@ -128,6 +128,8 @@ def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key
       loss_ready: a critic target must also be a constant (stop-gradient-ed) that a loss can
         regress on as is; gradient into its values, ratios or baselines then fails, otherwise it
         is a warning (it does not change the mean the other rows check).
+      make: ``make(key, group) -> Problem`` batch (default ``runner.make_problems_jit``; the
+        field audit re-sets the behaviour to a lag, :mod:`.lags`).
     """
     targets = [t if isinstance(t, Target) else Target(t) for t in targets]
     resolved = [t.resolve() for t in targets]
@@ -144,7 +146,8 @@ def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key
             by_kind.setdefault(kind, []).append(i)
         for kind, idx in by_kind.items():
             t0 = time.perf_counter()
-            results = _run_kind(kind, [resolved[i] for i in idx], groups, keys, num_samples, loss_ready)
+            results = _run_kind(kind, [resolved[i] for i in idx], groups, keys, num_samples, loss_ready,
+                                make or make_problems_jit)
             seconds = (time.perf_counter() - t0) / len(idx)
             for i, (rows, diagnosis) in zip(idx, results):
                 name, kind_, claim, _ = resolved[i]
@@ -153,26 +156,26 @@ def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key
     return reports
 
 
-def _run_kind(kind: str, items: list, groups, keys, num_samples: int, loss_ready: bool):
+def _run_kind(kind: str, items: list, groups, keys, num_samples: int, loss_ready: bool, make):
     if kind == "one-step":
         users = tuple(user_one_step.UserOneStep(name, wrapped, claim) for name, _, claim, wrapped in items)
         outs = []
         for g, (kp, ks) in zip(groups, keys):
-            p = make_problems_jit(kp, g)
+            p = make(kp, g)
             out = contracts.in_graph(", ".join(u.name for u in users), user_one_step.GRAPH,
                                      jax.random.split(ks, g.num_mdps), p, users, num_samples)
             outs.append(jax.tree_util.tree_map(np.asarray, out))
         return user_one_step.user_reports(users, outs, groups, num_samples, loss_ready)
     if kind == "sequence":
         from vccc_jax.verify import user_sequence
-        return user_sequence.run(items, groups, keys, num_samples, loss_ready)
+        return user_sequence.run(items, groups, keys, num_samples, loss_ready, make)
     from vccc_jax.verify import user_actor
-    return user_actor.run(items, groups, keys, num_samples)
+    return user_actor.run(items, groups, keys, num_samples, make)
 
 
 def check(target, *, kind: Optional[str] = None, claim: Union[str, Claim] = "vpi", kwargs=(),
           quick: bool = False, key=None, num_mdps: Optional[int] = None, num_samples: Optional[int] = None,
-          groups=None, loss_ready: bool = False) -> Report:
+          groups=None, loss_ready: bool = False, make=None) -> Report:
     """Verify one estimator exactly (see the module docstring); returns a :class:`Report`.
 
     Args:
@@ -180,14 +183,14 @@ def check(target, *, kind: Optional[str] = None, claim: Union[str, Claim] = "vpi
       kind: ``one-step`` | ``sequence`` | ``actor`` (None: inferred from the signature).
       claim: ``vpi`` | ``clipped:c`` | ``masked:c`` | ``any`` (what the estimator claims).
       kwargs: extra keyword arguments for the function (options of a registry sequence).
-      quick, key, num_mdps, num_samples, groups, loss_ready: as :func:`check_all`.
+      quick, key, num_mdps, num_samples, groups, loss_ready, make: as :func:`check_all`.
 
     Raises:
       TargetError: the target cannot be checked (one line naming the problem).
       ValueError: a bad claim or kind.
     """
     return check_all([Target(target, kind, claim, kwargs)], quick=quick, key=key, num_mdps=num_mdps,
-                     num_samples=num_samples, groups=groups, loss_ready=loss_ready)[0]
+                     num_samples=num_samples, groups=groups, loss_ready=loss_ready, make=make)[0]
 
 
 __all__ = ["Report", "Target", "TargetError", "check", "check_all"]

@@ -186,13 +186,13 @@ def actor_checks(key: Array, p: Problem, users: tuple, num_samples: int) -> tupl
 GRAPH = fast_jit(jax.vmap(actor_checks, in_axes=(0, 0, None, None)), static_argnums=(2, 3))
 
 
-def run(items: list, groups, keys, num_samples: int) -> list[tuple[list[Row], list[str]]]:
+def run(items: list, groups, keys, num_samples: int, make=None) -> list[tuple[list[Row], list[str]]]:
     from vccc_jax.verify.runner import make_problems_jit
 
     users = tuple(UserActor(name, wrapped, claim) for name, _, claim, wrapped in items)
     outs = []
     for g, (kp, ks) in zip(groups, keys):
-        p = make_problems_jit(kp, g)
+        p = (make or make_problems_jit)(kp, g)
         k = jax.random.split(jax.random.fold_in(ks, 2), g.num_mdps)
         out = in_graph(", ".join(u.name for u in users), GRAPH, k, p, users, num_samples)
         outs.append(jax.tree_util.tree_map(np.asarray, out))

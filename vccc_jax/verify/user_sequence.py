@@ -326,16 +326,17 @@ GRAPH = fast_jit(jax.vmap(seq_checks, in_axes=(0, 0, None, None, None)), static_
 # ------------------------------------------------------------------------------ rows
 
 
-def run(items: list, groups, keys, num_samples: int, loss_ready: bool = False) -> list[tuple[list[Row], list[str]]]:
+def run(items: list, groups, keys, num_samples: int, loss_ready: bool = False,
+        make=None) -> list[tuple[list[Row], list[str]]]:
     """(rows, diagnosis) per (name, kind, claim, wrapper) item, one graph per group
-    (``loss_ready``: as :func:`diagnose.gradient_row`)."""
+    (``loss_ready``: as :func:`diagnose.gradient_row`; ``make``: as :func:`user.check_all`)."""
     from vccc_jax.verify.runner import make_problems_jit
 
     users = tuple(UserSequence(name, wrapped, claim) for name, _, claim, wrapped in items)
     groups_s = sequence_groups(groups)
     outs = []
     for g, gs, (kp, ks) in zip(groups, groups_s, keys):
-        p = make_problems_jit(kp, g)
+        p = (make or make_problems_jit)(kp, g)
         p = jax.tree_util.tree_map(lambda x: x[:gs.num_mdps], p)
         k = jax.random.split(jax.random.fold_in(ks, 1), gs.num_mdps)
         out = in_graph(", ".join(u.name for u in users), GRAPH, k, p, users, horizon(g), num_samples)
