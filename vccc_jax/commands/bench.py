@@ -187,9 +187,11 @@ def train(argv: list[str]) -> Callable[[], int]:
     if args.continuous:
         rows = args.rows if args.rows != ",".join(b.ROW_NAMES) else ",".join(bc.ROW_NAMES)
         wanted = b.select_names(rows, bc.ROW_NAMES)
+        from vccc_jax.train.continuous import check_config
+
         for name in wanted:
             if name != "reference":
-                bc.train_config(name, args.seeds, args.timesteps, args.actor)
+                check_config(bc.train_config(name, args.seeds, args.timesteps, args.actor))
     else:
         wanted = b.select_rows(args.rows)
     for name in wanted:  # the trainer's own validation, before anything compiles
