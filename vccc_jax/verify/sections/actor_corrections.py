@@ -77,10 +77,11 @@ def _row(fns, name):
     return dict(fns[0])[name]
 
 
-def _tabular_enumeration(fns, key):
-    """(max |enumeration - closed form| over the token rows, seq-IS error, pg size, the
-    sequence TIS / MIS identities (value, closed) pairs) on a finite-horizon MDP."""
-    corr, expected_update = fns[4], fns[5]
+def enumeration_problem(key):
+    """The finite-horizon problem both actor sections enumerate: (mdp, pi [S, A], mus [L, S, A],
+    version weights vw [L], every path, a time-indexed critic crit_t [H + 1, S] (0 at H), the
+    path advantages, and d_lt [L, H, S], the per-version, per-time occupancy of the
+    non-terminal states under mu_l)."""
     k_m, k_p, k_m2, k_v = jax.random.split(key, 4)
     mdp = with_horizon(random_mdp(k_m, 1, S, A, gamma=0.9)[0], H)
     pi = jax.nn.softmax(jax.random.normal(k_p, (S, A)), -1)
@@ -89,12 +90,19 @@ def _tabular_enumeration(fns, key):
     paths = ap.tabular_paths(mdp, pi, mus)
     crit_t = jax.random.normal(k_v, (H + 1, S)).at[H].set(0.0)
     adv = ap.path_advantages(paths, crit_t.reshape(-1), 0.0)
-    # per-version, per-time occupancy of the (non-terminal) states under mu_l
+
     def occ(mu):
         def step(d, _):
             return d @ exact.transition_matrix(mdp, mu), d * (1.0 - mdp.terminal)
         return jax.lax.scan(step, mdp.init, None, length=H)[1]  # [H, S]
-    d_lt = jax.vmap(occ)(mus)  # [L, H, S]
+    return mdp, pi, mus, vw, paths, crit_t, adv, jax.vmap(occ)(mus)
+
+
+def _tabular_enumeration(fns, key):
+    """(max |enumeration - closed form| over the token rows, seq-IS error, pg size, the
+    sequence TIS / MIS identities (value, closed) pairs) on a finite-horizon MDP."""
+    corr, expected_update = fns[4], fns[5]
+    mdp, pi, mus, vw, paths, crit_t, adv, d_lt = enumeration_problem(key)
     lr = jnp.broadcast_to((jnp.log(pi)[None] - jnp.log(mus))[:, None], (L, H, S, A))
     atoms = vw[:, None, None, None] * d_lt[..., None] * mus[:, None]
     # A(s, a, s') at every time, [H, S, A, S'] (critic row t + 1 behind s')

@@ -38,11 +38,10 @@ from vccc_jax.estimators import actor_registry as ar
 from vccc_jax.estimators.related import decoupled as dec
 from vccc_jax.tabular import actor_paths as ap
 from vccc_jax.tabular import exact, exact_actor
-from vccc_jax.tabular.mdp import random_mdp, with_horizon
 from vccc_jax.verify.compile import fast_jit
 from vccc_jax.verify.problems import EXACT_TOL
 from vccc_jax.verify.report import Row, exact_row, pair_row
-from vccc_jax.verify.sections.actor_corrections import A, H, L, S
+from vccc_jax.verify.sections.actor_corrections import A, H, S, enumeration_problem
 
 EPS, TAU_M2, LAG = 0.2, 1.0, 3
 ROWS_CHECKED = ("dppo_tv", "sapo")
@@ -131,20 +130,7 @@ def _enumeration(fns, key):
     """Tabular (H = 3) path enumeration vs the per-state closed forms (the token truth reads
     ``log_mu`` through the same ``correction_coefficients``)."""
     corr, expected_update = fns[3], fns[4]
-    k_m, k_p, k_m2, k_v = jax.random.split(key, 4)
-    mdp = with_horizon(random_mdp(k_m, 1, S, A, gamma=0.9)[0], H)
-    pi = jax.nn.softmax(jax.random.normal(k_p, (S, A)), -1)
-    mus = jax.nn.softmax(jnp.log(pi)[None] + 1.2 * jax.random.normal(k_m2, (L, S, A)), -1)
-    vw = jnp.asarray([0.35, 0.65])
-    paths = ap.tabular_paths(mdp, pi, mus)
-    crit_t = jax.random.normal(k_v, (H + 1, S)).at[H].set(0.0)
-    adv = ap.path_advantages(paths, crit_t.reshape(-1), 0.0)
-
-    def occ(mu):
-        def step(d, _):
-            return d @ exact.transition_matrix(mdp, mu), d * (1.0 - mdp.terminal)
-        return jax.lax.scan(step, mdp.init, None, length=H)[1]
-    d_lt = jax.vmap(occ)(mus)
+    mdp, pi, mus, vw, paths, crit_t, adv, d_lt = enumeration_problem(key)
     adv_sas = (mdp.R[None] + mdp.gamma * (1.0 - mdp.terminal)[None, None, None] * crit_t[1:, None, None]
                - crit_t[:H, :, None, None])
     errs = []
