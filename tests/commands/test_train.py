@@ -18,6 +18,7 @@ from vccc_jax.analysis.train import summarize
 from vccc_jax.commands import train as cmd
 from vccc_jax.runs import schema
 from vccc_jax.runs import train as run_lib
+from vccc_jax.runs.schema_fields import ConfigError
 from vccc_jax.runs.tracking import read_events
 from vccc_jax.train.config import TrainConfig
 
@@ -236,7 +237,7 @@ def test_whole_updates_cover_99_percent_of_the_request():
     """50 updates of 128 steps = 6400 env steps: 6464 asked is 99.0% (runs), 6465 is not."""
     fields = {"num_envs": 4, "num_steps": 32}
     run_lib.check_whole_updates(dict(fields, total_timesteps=6464))
-    with pytest.raises(schema.ConfigError, match="would run 6400: use 6400 or 6528"):
+    with pytest.raises(ConfigError, match="would run 6400: use 6400 or 6528"):
         run_lib.check_whole_updates(dict(fields, total_timesteps=6465))
     run_lib.check_whole_updates(run_lib.resolve_fields({}))  # the default 500000 / 512
 

@@ -14,6 +14,7 @@ from vccc_jax.analysis import actor_map as AM
 from vccc_jax.commands import sweep
 from vccc_jax.runs import actor_map as RM
 from vccc_jax.runs import schema
+from vccc_jax.runs.schema_fields import ConfigError
 from vccc_jax.runs.store import Shard, cell_id, read_rows, sharded
 
 TASKS = [{"name": "tok", "kind": "token", "num_tokens": 3, "horizon": 3, "num_states": 3,
@@ -99,7 +100,7 @@ def test_config_errors_name_the_key(tmp_path):
                         "grid": {"tasks": ["tok"], "rows": ["truncate"]}})
     with pytest.raises(ValueError, match="base.row_params.truncate"):
         RM.validate(bad)
-    with pytest.raises(schema.ConfigError, match=r"base.tasks\[0\].num_tokenz"):
+    with pytest.raises(ConfigError, match=r"base.tasks\[0\].num_tokenz"):
         schema.parse({"name": "x", "kind": "actor_map",
                       "base": {"tasks": [dict(TASKS[0], num_tokenz=3)]},
                       "grid": {"tasks": ["tok"], "rows": ["ratio"]}})

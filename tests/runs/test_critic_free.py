@@ -8,7 +8,8 @@ import json
 import pytest
 
 from vccc_jax.runs import critic_free as rc
-from vccc_jax.runs import schema
+from vccc_jax.runs import schema, schema_kinds
+from vccc_jax.runs.schema_fields import ConfigError
 
 TINY = {
     "name": "tiny_cf", "kind": "critic_free",
@@ -35,7 +36,7 @@ def _pipeline(**parts):
     (dict(TINY, grid={"seeds": ["zero"]}), "grid.seeds[0]"),
 ])
 def test_new_kinds_reject_bad_keys_by_name(table, named):
-    with pytest.raises(schema.ConfigError, match=named.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ConfigError, match=named.replace("[", r"\[").replace("]", r"\]")):
         schema.parse(table, "x.toml")
 
 
@@ -47,9 +48,10 @@ def test_schema_mirrors_the_configs():
     def defaults(cls, skip=()):
         return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in skip}
 
-    assert defaults(schema.PipelineBase, {"channels"}) == defaults(PipelineConfig, {"channels"})
-    assert defaults(schema.PipelineChannel) == defaults(RewardChannel)
-    mine = {k: v for k, v in defaults(schema.CriticFreeBase).items() if k not in rc._RUN_KEYS}
+    kinds = schema_kinds
+    assert defaults(kinds.PipelineBase, {"channels"}) == defaults(PipelineConfig, {"channels"})
+    assert defaults(kinds.PipelineChannel) == defaults(RewardChannel)
+    mine = {k: v for k, v in defaults(kinds.CriticFreeBase).items() if k not in rc._RUN_KEYS}
     assert mine == defaults(CFConfig, {"law", "lag", "seed"})
     exp = schema.load("experiments/pipeline_default.toml")
     cfg = schema.pipeline_config(exp)

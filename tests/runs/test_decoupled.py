@@ -8,6 +8,7 @@ import pytest
 
 from vccc_jax.commands import sweep
 from vccc_jax.runs import decoupled, schema
+from vccc_jax.runs.schema_fields import ConfigError
 
 TINY = {
     "name": "routes_tiny", "kind": "decoupled",
@@ -69,5 +70,5 @@ def test_validation_names_the_key():
     bad = dict(TINY, grid={"noises": [0.3], "lags": [0, 5]})
     with pytest.raises(ValueError, match="grid.lags"):
         decoupled.validate(schema.parse(bad, "bad"))
-    with pytest.raises(schema.ConfigError, match="base.nope"):
+    with pytest.raises(ConfigError, match="base.nope"):
         schema.parse(dict(TINY, base={"nope": 1}), "bad")

@@ -6,6 +6,7 @@ import pytest
 
 from vccc_jax.runs import schema
 from vccc_jax.runs import tabular_config as grid
+from vccc_jax.runs.schema_fields import ConfigError
 from vccc_jax.runs.store import cell_id
 
 BASE = {
@@ -65,13 +66,13 @@ def test_bad_configs_name_the_key(path, value, match):
 def test_unknown_and_missing_keys():
     exp = {"name": "t", "kind": "tabular_sweep", "base": {"num_mdps": 2, "families": []},
            "grid": {"laws": ["fixed"], "mean_lags": [0], "methods": ["vccc"]}}
-    with pytest.raises(schema.ConfigError, match="unknown key 'colour'"):
+    with pytest.raises(ConfigError, match="unknown key 'colour'"):
         schema.parse(dict(exp, colour="red"))
-    with pytest.raises(schema.ConfigError, match=r"unknown key base\.colour"):
+    with pytest.raises(ConfigError, match=r"unknown key base\.colour"):
         schema.parse(dict(exp, base=dict(exp["base"], colour="red")))
-    with pytest.raises(schema.ConfigError, match=r"base\.num_mdps must be an integer"):
+    with pytest.raises(ConfigError, match=r"base\.num_mdps must be an integer"):
         schema.parse(dict(exp, base=dict(exp["base"], num_mdps="2")))
-    with pytest.raises(schema.ConfigError, match=r"missing key grid\.laws"):
+    with pytest.raises(ConfigError, match=r"missing key grid\.laws"):
         schema.parse(dict(exp, grid={"mean_lags": [0], "methods": ["vccc"]}))
     cfg = copy.deepcopy(BASE)
     del cfg["families"][0]["kind"]

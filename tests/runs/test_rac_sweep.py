@@ -5,6 +5,7 @@ import pytest
 
 from vccc_jax.commands import sweep
 from vccc_jax.runs import rac, rac_wallclock, schema
+from vccc_jax.runs.schema_fields import ConfigError
 from vccc_jax.runs.store import read_rows
 
 BIAS = {
@@ -90,7 +91,7 @@ def test_bad_configs_name_the_key(tmp_path, capsys):
         rac.validate_bias_cut(schema.parse(bad(BIAS, "base", delays=[0, 0]), "bad"))
     with pytest.raises(ValueError, match="grid.methods"):
         rac_wallclock.validate_wallclock(schema.parse(bad(WALL, "grid", methods=["rac", "nope"]), "bad"))
-    with pytest.raises(schema.ConfigError, match="base.pipeline.nope"):
+    with pytest.raises(ConfigError, match="base.pipeline.nope"):
         schema.parse(bad(WALL, "base", pipeline={"nope": 1}), "bad")
     path = tmp_path / "bad.toml"
     path.write_text(schema.dumps(bad(WALL, "base", shares=[1.0])))

@@ -1,6 +1,7 @@
 """The schema types nested tables by the library classes they become, read from the source
 (no import): the reading must equal the imported classes' own fields, types and defaults.
-And ``--set`` overrides (``schema.apply_overrides``) land where they say, typed by the schema."""
+And ``--set`` overrides (``runs.overrides.apply_overrides``) land where they say, typed by
+the schema."""
 
 import dataclasses
 import inspect
@@ -9,6 +10,7 @@ import typing
 import pytest
 
 from vccc_jax.runs import schema
+from vccc_jax.runs.schema_fields import FAMILY_GENERATORS, ConfigError, source_fields
 
 INT, FLOAT, BOOL, STR = int, float, bool, str
 
@@ -34,7 +36,7 @@ def _classes():
 
 def test_source_fields_equal_the_imported_dataclasses():
     for module, cls in _classes():
-        got = schema.source_fields(module, cls.__name__)
+        got = source_fields(module, cls.__name__)
         hints = typing.get_type_hints(cls)
         fields = dataclasses.fields(cls)
         assert list(got) == [f.name for f in fields], cls
@@ -47,9 +49,9 @@ def test_source_fields_equal_the_imported_dataclasses():
 def test_source_fields_equal_the_family_generators():
     from vccc_jax.tabular import mdp
 
-    for kind, fn_name in schema.FAMILY_GENERATORS.items():
+    for kind, fn_name in FAMILY_GENERATORS.items():
         skip = ("key", "num_mdps", "dtype")
-        got = schema.source_fields("tabular/mdp", fn_name, skip)
+        got = source_fields("tabular/mdp", fn_name, skip)
         sig = inspect.signature(getattr(mdp, fn_name))
         hints = typing.get_type_hints(getattr(mdp, fn_name))
         params = [p for p in sig.parameters.values() if p.name not in skip]
@@ -92,5 +94,5 @@ def test_overrides_are_typed_by_the_schema(tmp_path):
     ("kind=rac", "the kind of an experiment"),
 ])
 def test_bad_overrides_name_the_key(item, match):
-    with pytest.raises(schema.ConfigError, match=match):
+    with pytest.raises(ConfigError, match=match):
         schema.load("experiments/tabular_smoke.toml", [item])

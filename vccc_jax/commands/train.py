@@ -242,7 +242,7 @@ def build_parser(names: bool = False) -> Parser:
 def add_critic_free_flags(p) -> None:
     """--critic-free LAW and the flags of its own (``runs.critic_free.FLAGS``)."""
     from vccc_jax.runs.critic_free import FLAGS
-    from vccc_jax.runs.schema import CriticFreeBase
+    from vccc_jax.runs.schema_kinds import CriticFreeBase
 
     g = p.add_argument_group("critic-free: GRPO / PS-PPO on token envs (issue 14)")
     g.add_argument("--critic-free", metavar="LAW", default=None,

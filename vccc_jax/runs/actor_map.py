@@ -43,7 +43,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from vccc_jax.runs.cells import run_cells
-from vccc_jax.runs.schema import ACTOR_MAP_TASK_KEYS, Experiment, as_dict
+from vccc_jax.runs.schema import Experiment, as_dict
+from vccc_jax.runs.schema_kinds import ACTOR_MAP_TASK_KEYS
 
 STUDIES = ("exact", "train")
 SAMPLERS = ("temperature", "top_p")

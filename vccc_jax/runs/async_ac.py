@@ -25,7 +25,8 @@ from vccc_jax.analysis.stats import CI_LEVEL, ci_dict
 from vccc_jax.runs.grid import product
 from vccc_jax.runs.progress import Progress
 from vccc_jax.runs.provenance import provenance
-from vccc_jax.runs.schema import ConfigError, Experiment, as_dict
+from vccc_jax.runs.schema import Experiment, as_dict
+from vccc_jax.runs.schema_fields import ConfigError
 from vccc_jax.runs.store import ResultStore, cell_id, signals_deferred
 from vccc_jax.tabular import async_ac as AC
 from vccc_jax.tabular import history

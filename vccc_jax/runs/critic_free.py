@@ -141,7 +141,7 @@ def run_grid(exp: Experiment, results_dir: str | Path, *, progress: bool = True,
 # ------------------------------------------------------------------ vccc train flags
 
 #: ``vccc train --critic-free`` flags of their own: (base field, type, help); the defaults
-#: are ``schema.CriticFreeBase``'s.
+#: are ``schema_kinds.CriticFreeBase``'s.
 FLAGS = (
     ("groups", int, "prompts per update"),
     ("group_size", int, "rollouts per prompt (the GRPO group)"),
@@ -184,9 +184,9 @@ def from_flags(flags: dict, exp: Optional[Experiment] = None) -> Experiment:
     ``flags``: dest -> value of the flags given on the command line (besides --config, --out,
     --quiet, --no-figure). ``--critic-free`` sets the laws, ``--lag`` the lags, ``--seed S
     --num-seeds N`` the seeds S..S+N-1; :data:`SHARED` and :data:`FLAGS` override the base.
-    Without a config the base is ``schema.CriticFreeBase`` (``CFConfig``'s defaults), the lag
-    fixed:0, seed 0, one seed; results go to ``<out>/critic_free.jsonl``."""
-    from vccc_jax.runs.schema import CriticFreeBase, CriticFreeGrid
+    Without a config the base is ``schema_kinds.CriticFreeBase`` (``CFConfig``'s defaults),
+    the lag fixed:0, seed 0, one seed; results go to ``<out>/critic_free.jsonl``."""
+    from vccc_jax.runs.schema_kinds import CriticFreeBase, CriticFreeGrid
 
     flags = dict(flags)
     law = flags.pop("critic_free", None)

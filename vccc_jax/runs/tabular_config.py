@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vccc_jax.runs.grid import product
-from vccc_jax.runs.schema import ConfigError, Experiment, as_dict
+from vccc_jax.runs.schema import Experiment, as_dict
+from vccc_jax.runs.schema_fields import ConfigError
 from vccc_jax.runs.store import cell_id
 from vccc_jax.tabular import critic, history
 from vccc_jax.tabular.critic_sgd import CriticSGDConfig

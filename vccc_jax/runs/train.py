@@ -37,7 +37,8 @@ from vccc_jax.envs.spec import env_gamma
 from vccc_jax.runs.distributed import agree, is_main, open_store
 from vccc_jax.runs.grid import product
 from vccc_jax.runs.provenance import provenance
-from vccc_jax.runs.schema import ConfigError, Experiment
+from vccc_jax.runs.schema import Experiment
+from vccc_jax.runs.schema_fields import ConfigError
 from vccc_jax.runs.store import cell_id
 from vccc_jax.runs.tracking import log_rows, open_tracker, parse_spec
 from vccc_jax.train.config import TrainConfig
