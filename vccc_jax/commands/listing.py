@@ -1,6 +1,6 @@
 """``vccc list envs | critics | actors | experiments``: what the other commands accept.
 
-    vccc list envs          # gymnax names and the tabular: / token: spec keys (--env)
+    vccc list envs          # gymnax names and the tabular: / token: / lqr: / brax: specs (--env)
     vccc list critics       # the critic-target table (--critic, grid.methods)
     vccc list actors        # actor corrections (--actor)
     vccc list experiments   # experiments/*.toml: name, kind, description
@@ -30,7 +30,7 @@ def _table(rows: list[tuple], head: tuple) -> str:
 
 
 def envs() -> str:
-    from vccc_jax.envs import make, spec, token_env
+    from vccc_jax.envs import brax_env, make, spec, token_env
 
     rows = [(name, "gymnax", "--env " + name) for name in make.ENVS]
     rows.append(("tabular:KEY=V,...", "tabular MDP, exact V^pi",
@@ -39,6 +39,13 @@ def envs() -> str:
     doc = " ".join((token_env.make_token_env.__doc__ or "").split()).replace("``", "")
     rows.append(("token:KEY=V,...", "LLM-shaped token env, exact V^pi",
                  doc.removeprefix("Build (env, params) from ")))
+    rows.append(("lqr:KEY=V,...", "continuous-action LQR, exact V^pi",
+                 "keys: " + " ".join(spec.LQR_KEYS) + " (e.g. lqr:dim=2,act=1)"))
+    names = brax_env.brax_env_names()
+    rows.append(("brax:NAME,KEY=V,...", "Brax (continuous actions)",
+                 "keys: " + " ".join(spec.BRAX_KEYS) + "; NAME: "
+                 + (" ".join(names) if names is not None
+                    else "any brax.envs name, once installed: pip install -e '.[brax]'")))
     return _table(rows, ("env", "kind", "how"))
 
 

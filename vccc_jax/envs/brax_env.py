@@ -73,6 +73,16 @@ class BraxEnv(environment.Environment[EnvState, EnvParams]):
         return spaces.Box(-jnp.inf, jnp.inf, (self.brax_env.observation_size,), jnp.float32)
 
 
+def brax_env_names() -> tuple[str, ...] | None:
+    """The env names ``brax.envs.get_environment`` knows, sorted; None when Brax is not
+    installed."""
+    try:
+        from brax import envs as brax_envs
+    except ImportError:
+        return None
+    return tuple(sorted(brax_envs._envs))
+
+
 def make_brax_env(name: str) -> tuple[BraxEnv, EnvParams]:
     """(BraxEnv, EnvParams) for a ``brax:NAME,...`` spec; ValueError (one line) when Brax is
     not installed or does not know NAME."""
@@ -86,6 +96,6 @@ def make_brax_env(name: str) -> tuple[BraxEnv, EnvParams]:
         env = brax_envs.get_environment(c["name"], **kwargs)
     except KeyError:
         raise ValueError(f"env {name!r}: Brax has no env {c['name']!r} (known: "
-                         f"{', '.join(sorted(brax_envs._envs))})") from None
+                         f"{', '.join(brax_env_names())})") from None
     out = BraxEnv(env, c["max_steps"])
     return out, out.default_params

@@ -39,10 +39,14 @@ TOKEN_GAMMA = 1.0  # the token env's discount when the spec does not set one
 LQR_KEYS = {"dim": int, "act": int, "gamma": float, "seed": int, "radius": float, "max_steps": int}
 
 
+#: The ``KIND:...`` spec prefixes; any other name is a gymnax name.
+SPEC_KINDS = ("tabular", "token", "lqr", "brax")
+
+
 def env_kind(name: str) -> str:
-    """"tabular", "token", "lqr", "brax" or "gymnax" for an env name."""
+    """"tabular", "token", "lqr", "brax" (:data:`SPEC_KINDS`) or "gymnax" for an env name."""
     head = name.partition(":")[0]
-    return head if head in ("tabular", "token", "lqr", "brax") else "gymnax"
+    return head if head in SPEC_KINDS else "gymnax"
 
 
 def _items(name: str, prefix: str):
