@@ -10,6 +10,10 @@ All rows run in the same process on the same inputs, one after the other:
   lag8-gae    our trainer, K = 8 versions, lags uniform on {0..7}, uncorrected GAE critic
   lag8-vccc   our trainer, K = 8, uniform lags, VCCC one-step critic (the lagged target)
   lag8-vtrace our trainer, K = 8, uniform lags, V-trace(0.95) critic
+  lag32-vtrace our trainer, K = 32, lags uniform on {0..31}, V-trace(0.95) critic
+
+``vccc bench train --grid`` runs the rows of issue 28 at several seed and env counts
+(:mod:`vccc_jax.benchmarks.train_grid`).
 
 Reference config (the issue's): CartPole-v1, 4 envs x 128 steps, 4 epochs x 4
 minibatches, 64-unit tanh MLPs, 5e5 env steps per seed. Compile time is the
@@ -354,6 +358,7 @@ ROWS = {
     "lag8-gae": dict(lag="uniform:7", num_versions=8, critic="gae"),
     "lag8-vccc": dict(lag="uniform:7", num_versions=8, critic="vccc"),
     "lag8-vtrace": dict(lag="uniform:7", num_versions=8, critic="vtrace"),
+    "lag32-vtrace": dict(lag="uniform:31", num_versions=32, critic="vtrace"),
 }
 
 
