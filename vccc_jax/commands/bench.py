@@ -220,7 +220,7 @@ def scale(argv: list[str]) -> Callable[[], int]:
         rows = [b.measure(args, regime, n, envs, progress=_err if main else None)
                 for regime, n, envs in todo]
         say(b.format_table(rows))
-        say(b.loops_footer(rows))
+        say(b.loops_footer(rows, args))
         if args.json and main:
             with open(args.json, "w") as f:
                 json.dump(b.as_json(rows, args, device, jax.process_count(), jax.__version__),
