@@ -34,13 +34,12 @@ programs; the header prints the load average.
 Targets (issue 10): overhead of lag8-vccc over sync-gae <= 10% at 1 and at 8 seeds,
 sync-gae >= 1.1x the reference, compile <= 6 s.
 
-Flags and printing live in :mod:`vccc_jax.commands.bench` (``vccc bench train``); this module
+Flags and printing live in :mod:`vccc_jax.commands.bench_train` (``vccc bench train``); this module
 returns rows and strings only.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from typing import Callable, NamedTuple, Optional, Sequence
@@ -401,14 +400,6 @@ def select_names(spec: str, choices, flag: str = "--rows", noun: str = "rows") -
 def select_rows(spec: str) -> list[str]:
     """Row names of a comma-separated ``--rows`` value; unknown names -> ValueError."""
     return select_names(spec, ROW_NAMES)
-
-
-def header(timesteps: int, seeds: int, repeats: int) -> str:
-    return (f"# vccc bench train: CartPole-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches, "
-            f"64-unit tanh MLPs, {timesteps} steps/seed, {seeds} seed(s), "
-            f"best of {repeats} round-robin rounds; jax {jax.__version__} on "
-            f"{jax.devices()[0].platform}, {os.cpu_count()} CPUs, load average "
-            + "/".join(f"{x:.1f}" for x in os.getloadavg()))
 
 
 def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "truncate",
