@@ -124,6 +124,9 @@ def test_docs_block_between_markers():
     # loads over both cells' starts and ends; wall = 90 s + 90 s
     assert "load average 0.5-3.0 over the cells, 3.0 min wall" in head
     assert "`vccc bench train --grid`; `vccc bench train --seeds 8`" in head
+    assert "read the CPU-time ratios" in head  # load 3.0 > 2 CPUs
+    quiet = [dict(r, load_start=0.5, load_end=2.0) for r in (A, later)]
+    assert "CPU-time ratios" not in g.with_block(page, quiet)  # load <= CPUs: no warning
     assert g.with_block(out, [A]).count(g.BEGIN) == 1  # idempotent: rewrites its own block
     with pytest.raises(ValueError, match="markers"):
         g.with_block("no markers here", [A])

@@ -282,6 +282,11 @@ def block(records: Sequence[dict]) -> str:
             "MLPs; rows compiled cold one after the other, then timed round-robin (odd rounds "
             "reversed), best of the repeats, env steps of all seeds counted; ratios are env "
             "steps/s over the named row's, in wall clock and in process CPU time.")
+    loads = [v for r in records for v in (r["load_start"], r["load_end"])]
+    cpus = min((r.get("cpus") or 0) for r in records)
+    if cpus and max(loads) > cpus:
+        head += (f" The load exceeded the {cpus} CPUs: the wall clock measured waiting for a "
+                 "core, so read the CPU-time ratios.")
     return f"{head}\n\n{format_grid(records)}\n\n```\n{format_checks(records)}\n```"
 
 
