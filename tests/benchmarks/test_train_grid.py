@@ -161,6 +161,7 @@ def test_flags_grid_cells_rows_and_repeats():
     (["--grid", "--out", "{tmp}/r.jsonl", "--docs", "pyproject.toml"], "markers"),
     (["--grid", "--out", "{tmp}/r.jsonl", "--docs", "{tmp}/none.md"], "no such file"),
     (["--continuous", "--envs", "64"], "--continuous runs one cell"),
+    (["--grid", "--baseline", "{tmp}/none.jsonl"], "--baseline"),
 ])
 def test_bad_flags_are_one_line(argv, match, capsys, tmp_path):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -168,3 +169,24 @@ def test_bad_flags_are_one_line(argv, match, capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("vccc bench: "), err
     assert match in err[0], err[0]
+
+
+def test_compare_with_a_baseline_record():
+    stale = _rec(1, 4, 2, [("sync-gae", 99.0, 9.0, 9.0)])  # replaced by the newer OLD_A
+    old_a = _rec(1, 4, 2, [("reference (PureJaxRL-style)", 10.0, 2.0, 1.0),
+                           ("sync-gae", 24.0, 1.0, 0.4), ("lag8-vccc", 13.0, 1.25, 0.8),
+                           ("lag32-vtrace", 7.0, 1.0, 1.6)], meta=dict(META, git="old"))
+    lines = g.compare([A, B], [stale, old_a, B]).splitlines()
+    assert lines[0].startswith("against the baseline record")
+    # sync-gae: compile 12/24 = 0.5 at 1x4 and 1.0 at 8x64 (median of two: 0.75); CPU time
+    # 0.8 s now vs 0.4 s before -> 0.5x the env steps/s; wall unchanged
+    assert lines[2] == ("  sync-gae (2 cells): compile 0.75x [0.50-1.00] (met: <= 1.00x), "
+                        "env steps/s CPU 0.75x [0.50-1.00], wall 1.00x [1.00-1.00]")
+    assert lines[1].startswith("  reference (2 cells): compile 1.00x [1.00-1.00] (met: <= 1.00x)")
+    # lag32: compile 14/7 = 2.0 and 1.0 -> median 1.5: not met
+    assert lines[4].startswith("  lag32-vtrace (2 cells): compile 1.50x [1.00-2.00] (NOT met")
+    assert g.compare([A], [B]) == ""  # no cell in both
+    page = f"{g.BEGIN}\n{g.END}\n"
+    out = g.with_block(page, [A, B], [old_a, B])
+    assert "Baseline: the record of 2026-12-02, git abc; 2026-12-02, git old." in out
+    assert lines[2] in out

@@ -21,7 +21,9 @@ with the table of the newest record of every cell (:func:`with_block`).
 Targets (issue 28): lag8-vccc and lag32-vtrace within 10% of sync-gae (>= 0.90x its env
 steps/s) in every cell; sync-gae >= 1.0x the reference at 1 seed and >= 1.1x at 8 seeds;
 compile time (cold) no worse than before. The footer checks each in wall clock and in CPU
-time (on a shared machine the CPU-time ratio is the steadier one).
+time (on a shared machine the CPU-time ratio is the steadier one); the compile target needs
+the record of a run on the code before (``--baseline OLD.jsonl``: :func:`compare`, new / old
+per row, median over the cells).
 
 Pure: rows in, strings out; flags and printing live in :mod:`vccc_jax.commands.bench`.
 """
@@ -253,6 +255,43 @@ def format_checks(records: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def _median(xs: list) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def compare(records: Sequence[dict], baseline: Sequence[dict]) -> str:
+    """Every row against the same row and cell of a ``baseline`` record (its newest record
+    per cell; e.g. the grid run on the code before a change): cold compile seconds and env
+    steps/s (CPU time, wall clock) new / old, the median over the cells both hold and the
+    range. The compile-time target ("no worse than before") is judged on the median, met
+    at <= 1.00x. Empty when no cell is in both."""
+    old = {(r["seeds"], r["envs"]): _by_name(r) for r in newest(baseline)}
+    found: dict = {}
+    for rec in records:
+        before = old.get((rec["seeds"], rec["envs"]), {})
+        for name, t in _by_name(rec).items():
+            if name in before:
+                b = before[name]
+                cpu = ratio(t, b, cpu=True)
+                found.setdefault(name, []).append(
+                    (t.compile_s / b.compile_s, ratio(t, b), float("nan") if cpu is None else cpu))
+    if not found:
+        return ""
+
+    def spread(xs):
+        return f"{_median(xs):.2f}x [{min(xs):.2f}-{max(xs):.2f}]"
+
+    lines = ["against the baseline record (new / old; median [range] over the cells in both):"]
+    for name, rs in found.items():
+        comp, wall, cpu = ([r[i] for r in rs] for i in range(3))
+        lines.append(f"  {name} ({len(rs)} cells): compile {spread(comp)} "
+                     f"({'met' if _median(comp) <= 1.0 else 'NOT met'}: <= 1.00x), env steps/s "
+                     f"CPU {spread(cpu)}, wall {spread(wall)}")
+    return "\n".join(lines)
+
+
 # -- the docs block ---------------------------------------------------------------------
 
 
@@ -261,9 +300,9 @@ def _loads(records: Sequence[dict]) -> str:
     return f"{min(vals):.1f}-{max(vals):.1f}" if vals else "-"
 
 
-def block(records: Sequence[dict]) -> str:
+def block(records: Sequence[dict], baseline: Sequence[dict] = ()) -> str:
     """The generated docs block: date, command, jax version, machine, load, the table and the
-    targets of the newest record of every cell."""
+    targets of the newest record of every cell (and :func:`compare` with ``baseline``)."""
     if not records:
         return "(no `vccc bench train` record yet)"
     dates = sorted({r.get("date", "")[:10] for r in records})
@@ -287,13 +326,18 @@ def block(records: Sequence[dict]) -> str:
     if cpus and max(loads) > cpus:
         head += (f" The load exceeded the {cpus} CPUs: the wall clock measured waiting for a "
                  "core, so read the CPU-time ratios.")
-    return f"{head}\n\n{format_grid(records)}\n\n```\n{format_checks(records)}\n```"
+    versus = compare(records, baseline)
+    if versus:
+        base = sorted({f"{r.get('date', '')[:10]}, git {r.get('git', '?')}" for r in baseline})
+        head += f" Baseline: the record of {'; '.join(base)}."
+    checks_text = format_checks(records) + (f"\n{versus}" if versus else "")
+    return f"{head}\n\n{format_grid(records)}\n\n```\n{checks_text}\n```"
 
 
-def with_block(text: str, records: Sequence[dict]) -> str:
+def with_block(text: str, records: Sequence[dict], baseline: Sequence[dict] = ()) -> str:
     """``text`` (a docs page) with :func:`block` between the ``bench-train`` markers;
     ValueError when the markers are missing."""
     i, j = text.find(BEGIN), text.find(END)
     if i < 0 or j < i:
         raise ValueError(f"no {BEGIN} ... {END} markers to put the table between")
-    return text[: i + len(BEGIN)] + "\n" + block(records) + "\n" + text[j:]
+    return text[: i + len(BEGIN)] + "\n" + block(records, baseline) + "\n" + text[j:]

@@ -2,13 +2,15 @@
 
     vccc bench train [--seeds 1,8] [--envs 4,64,512] [--grid] [--timesteps N] [--repeats N]
                      [--rows a,b] [--actor K] [--out FILE.jsonl [--resume] [--docs FILE.md]]
+                     [--baseline OLD.jsonl]
     vccc bench train --continuous [--seeds N] [--timesteps N] [--repeats N] [--rows a,b]
 
 One cell per (seeds, envs) pair (:mod:`vccc_jax.benchmarks.train_grid`): each prints its
 table when it is done and, with ``--out``, appends its JSON record; after the last cell the
 grid table and the issue-28 targets. ``--grid`` = the issue's rows and cells (explicit
 flags win). ``--docs`` rewrites the generated block of a docs page from the newest record of
-every cell in ``--out``. The measurements are :mod:`vccc_jax.benchmarks.train` (no printing
+every cell in ``--out``; ``--baseline`` compares every row with a record of the same grid on
+other code (compile and env steps/s, new / old). The measurements are :mod:`vccc_jax.benchmarks.train` (no printing
 there); bad input: one line ``vccc bench: <what is wrong>``, exit status 2.
 """
 
@@ -72,6 +74,9 @@ def train_parser() -> Parser:
     p.add_argument("--docs", default=None,
                    help="rewrite the block between this page's bench-train markers from the "
                         "newest record of every cell in --out (docs/results.md)")
+    p.add_argument("--baseline", default=None,
+                   help="a record (.jsonl) of the same grid on other code: compile time and "
+                        "env steps/s new / old per row (the compile-time target)")
     p.add_argument("--continuous", action="store_true",
                    help="Pendulum-v1: the continuous trainer vs PureJaxRL's continuous PPO "
                         "(rows: reference, sync-gae, lag8-gae, lag8-vccc; one cell)")
@@ -84,9 +89,10 @@ def _continuous(args) -> Callable[[], int]:
     from vccc_jax.train.continuous import check_config
 
     seeds = int(args.seeds or "1") if (args.seeds or "1").isdigit() else 0
-    if args.grid or args.envs or args.out or args.docs or args.resume or seeds <= 0:
+    if (args.grid or args.envs or args.out or args.docs or args.resume or args.baseline
+            or seeds <= 0):
         raise ValueError("--continuous runs one cell: a single --seeds N, and none of --grid, "
-                         "--envs, --out, --resume, --docs")
+                         "--envs, --out, --resume, --docs, --baseline")
     timesteps = args.timesteps or 500_000
     repeats = args.repeats or 5
     wanted = b.select_names(args.rows or ",".join(bc.ROW_NAMES), bc.ROW_NAMES)
@@ -162,6 +168,11 @@ def train(argv: list[str]) -> Callable[[], int]:
         if not page.is_file():
             raise ValueError(f"--docs {page}: no such file")
         g.with_block(page.read_text(), [])  # the markers are there (checked before running)
+    baseline = []
+    if args.baseline:
+        if not Path(args.baseline).is_file():
+            raise ValueError(f"--baseline {args.baseline}: no such file")
+        baseline = g.read_record(args.baseline)
 
     def bench() -> int:
         meta = _meta(argv)
@@ -197,9 +208,13 @@ def train(argv: list[str]) -> Callable[[], int]:
         if len(cells) > 1:
             _out("\n" + g.format_grid(records))
         _out("\n" + g.format_checks(records))
+        versus = g.compare(records, baseline)
+        if versus:
+            _out(versus)
         if args.docs:
             page = Path(args.docs)
-            page.write_text(g.with_block(page.read_text(), g.newest(g.read_record(args.out))))
+            page.write_text(g.with_block(page.read_text(), g.newest(g.read_record(args.out)),
+                                         baseline))
             _out(f"\nwritten: the bench-train block of {page}")
         return 0
 
