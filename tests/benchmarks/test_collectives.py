@@ -105,3 +105,18 @@ def test_level_of_an_unexpected_loop_is_other():
     loops = {("_train_impl:2", "sort:7"): dict.fromkeys(b.COLLECTIVES, 0) | {"all-gather": 1}}
     levels = b.collectives_by_level(loops, num_steps=16, epochs=4, minibatches=4)
     assert levels["other"]["all-gather"] == 1 and levels["per update"]["all-gather"] == 0
+
+
+def test_format_levels_line_of_vccc_bench_scale():
+    from types import SimpleNamespace
+
+    loops = b.collectives_by_loop(HLO.replace("MB", "3"))
+    row = b.Row("weak", 4, 16, 0.0, 1.0, 1.0, 1.0, {}, loops)
+    args = SimpleNamespace(steps=16, epochs=4, minibatches=3, updates=2)
+    assert b.format_levels(row, args) == (
+        "weak n=4: per call: all-reduce 1 | per update: all-reduce 1, all-gather 1 | "
+        "per epoch: all-reduce 2 | per minibatch: all-reduce 1, all-to-all 1 | "
+        "per env step: collective-permute 1 | executed per update (4 epochs x 3 minibatches, "
+        "T=16): all-reduce 21.5, all-gather 1, collective-permute 16, all-to-all 12")
+    assert "per minibatch" in b.loops_footer([row], args) and "per minibatch" not in \
+        b.loops_footer([row])
