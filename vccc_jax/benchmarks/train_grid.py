@@ -170,7 +170,7 @@ def _pair(a: Timing, b: Optional[Timing]) -> str:
 def format_grid(records: Sequence[dict]) -> str:
     """A markdown table: one line per (cell, row): env steps/s, the ratios (wall / CPU) vs
     sync-gae and vs the reference, cold compile s, best run s wall and CPU, final return."""
-    lines = ["| seeds | envs | updates (steps/seed) | row | env steps/s | vs sync-gae "
+    lines = ["| seeds | envs | updates (steps/seed) | row | env steps/s (wall) | vs sync-gae "
              "(wall / CPU) | vs reference (wall / CPU) | compile s | run s | cpu s "
              "| final return |",
              "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
