@@ -52,12 +52,17 @@ class Row(NamedTuple):
 
 def count_collectives(hlo_text: str) -> dict:
     """Instructions per collective kind in an HLO module's text (async start/done pairs
-    count once, on their -start)."""
+    count once, on their -start). Quoted strings (op names and source files in metadata,
+    backend configs) are dropped first: a scope named after a collective is not one."""
+    lines = [_QUOTED.sub('""', line) for line in hlo_text.splitlines()]
     counts = {}
     for name in COLLECTIVES:
         pat = re.compile(r"=\s*[^=]*?\b" + re.escape(name) + r"(-start)?\(")
-        counts[name] = sum(1 for line in hlo_text.splitlines() if pat.search(line))
+        counts[name] = sum(1 for line in lines if pat.search(line))
     return counts
+
+
+_QUOTED = re.compile(r'"[^"]*"')
 
 
 _COMP_HEAD = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
@@ -179,6 +184,63 @@ def executed_collectives(by_loop: dict, num_updates: int, num_steps: int) -> tup
                 step[k] += v * n
     per = lambda d: {k: v / num_updates for k, v in d.items()}  # noqa: E731
     return per(step), per(every)
+
+
+LEVELS = ("per call", "per update", "per epoch", "per minibatch", "per env step", "other")
+
+
+def _level(path: tuple, num_steps: int, epochs: int, minibatches: int) -> str:
+    """Where a loop nest sits in the trainer's step: outside the update loop ("per call"),
+    in the update body, an epoch body, a minibatch body, a loop of ``num_steps`` trips (the
+    env-step loop or a scan over the T steps), else "other". Epoch and minibatch loops are
+    known by their trip counts and nesting; keep T distinct from both."""
+    if not path:
+        return "per call"
+    rest = path[1:]
+    trips = [p.rpartition(":")[2] for p in rest]
+    if str(num_steps) in trips:
+        return "per env step"
+    if trips == []:
+        return "per update"
+    if trips == [str(epochs)]:
+        return "per epoch"
+    if trips == [str(epochs), str(minibatches)]:
+        return "per minibatch"
+    return "other"
+
+
+def collectives_by_level(by_loop: dict, num_steps: int, epochs: int,
+                         minibatches: int) -> dict:
+    """STATIC collective instructions by level of the trainer's step (:data:`LEVELS`):
+    {level: {kind: count}}, every level present (zeros where none). The executed count per
+    update is per update + epochs x (per epoch + minibatches x per minibatch) + T x per env
+    step (:func:`executed_per_update`)."""
+    out = {lv: dict.fromkeys(COLLECTIVES, 0) for lv in LEVELS}
+    for path, counts in by_loop.items():
+        bucket = out[_level(path, num_steps, epochs, minibatches)]
+        for k, v in counts.items():
+            bucket[k] += v
+    return out
+
+
+def executed_per_update(levels: dict, num_steps: int, epochs: int, minibatches: int,
+                        num_updates: int) -> dict:
+    """Collectives executed per update from :func:`collectives_by_level` ("other" loops
+    counted once per update, "per call" spread over the ``num_updates`` of a call)."""
+    times = {"per call": 1 / num_updates, "per update": 1, "per epoch": epochs,
+             "per minibatch": epochs * minibatches, "per env step": num_steps, "other": 1}
+    return {k: sum(levels[lv][k] * n for lv, n in times.items()) for k in COLLECTIVES}
+
+
+def format_levels(row: "Row", args) -> str:
+    """One line: a row's static collectives per level and the executed total per update."""
+    levels = collectives_by_level(row.by_loop, args.steps, args.epochs, args.minibatches)
+    total = executed_per_update(levels, args.steps, args.epochs, args.minibatches, args.updates)
+    parts = [f"{lv}: {_fmt(c)}" for lv, c in levels.items() if any(c.values()) or
+             lv in ("per env step", "per minibatch", "per epoch", "per update")]
+    return (f"{row.regime} n={row.devices}: " + " | ".join(parts)
+            + f" | executed per update ({args.epochs} epochs x {args.minibatches} "
+              f"minibatches, T={args.steps}): {_fmt(total)}")
 
 
 # The flags of `vccc bench scale` (commands/bench.py builds its parser from these):
@@ -362,11 +424,15 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def loops_footer(rows: list[Row]) -> str:
-    """The per-loop collective lines printed after the table."""
-    return "\n".join(["# static collectives by loop nest (scope:trip, outermost first; per "
-                      "env step = loops of T trips inside the update loop)"]
-                     + [format_loops(r) for r in rows])
+def loops_footer(rows: list[Row], args=None) -> str:
+    """The per-loop collective lines printed after the table (with ``args``, the flags: also
+    the static counts per level of the step, :func:`format_levels`)."""
+    lines = (["# static collectives by loop nest (scope:trip, outermost first; per env step = "
+              "loops of T trips inside the update loop)"] + [format_loops(r) for r in rows])
+    if args is not None:
+        lines += (["# static collectives per level of the step (an all-reduce of a tuple counts "
+                   "once: XLA combines reductions)"] + [format_levels(r, args) for r in rows])
+    return "\n".join(lines)
 
 
 def as_json(rows: list[Row], args, device, processes: int = 1, jax_version: str = "") -> dict:

@@ -10,6 +10,10 @@ All rows run in the same process on the same inputs, one after the other:
   lag8-gae    our trainer, K = 8 versions, lags uniform on {0..7}, uncorrected GAE critic
   lag8-vccc   our trainer, K = 8, uniform lags, VCCC one-step critic (the lagged target)
   lag8-vtrace our trainer, K = 8, uniform lags, V-trace(0.95) critic
+  lag32-vtrace our trainer, K = 32, lags uniform on {0..31}, V-trace(0.95) critic
+
+``vccc bench train --grid`` runs the rows of issue 28 at several seed and env counts
+(:mod:`vccc_jax.benchmarks.train_grid`).
 
 Reference config (the issue's): CartPole-v1, 4 envs x 128 steps, 4 epochs x 4
 minibatches, 64-unit tanh MLPs, 5e5 env steps per seed. Compile time is the
@@ -30,13 +34,12 @@ programs; the header prints the load average.
 Targets (issue 10): overhead of lag8-vccc over sync-gae <= 10% at 1 and at 8 seeds,
 sync-gae >= 1.1x the reference, compile <= 6 s.
 
-Flags and printing live in :mod:`vccc_jax.commands.bench` (``vccc bench train``); this module
+Flags and printing live in :mod:`vccc_jax.commands.bench_train` (``vccc bench train``); this module
 returns rows and strings only.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from typing import Callable, NamedTuple, Optional, Sequence
@@ -354,6 +357,7 @@ ROWS = {
     "lag8-gae": dict(lag="uniform:7", num_versions=8, critic="gae"),
     "lag8-vccc": dict(lag="uniform:7", num_versions=8, critic="vccc"),
     "lag8-vtrace": dict(lag="uniform:7", num_versions=8, critic="vtrace"),
+    "lag32-vtrace": dict(lag="uniform:31", num_versions=32, critic="vtrace"),
 }
 
 
@@ -396,14 +400,6 @@ def select_names(spec: str, choices, flag: str = "--rows", noun: str = "rows") -
 def select_rows(spec: str) -> list[str]:
     """Row names of a comma-separated ``--rows`` value; unknown names -> ValueError."""
     return select_names(spec, ROW_NAMES)
-
-
-def header(timesteps: int, seeds: int, repeats: int) -> str:
-    return (f"# vccc bench train: CartPole-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches, "
-            f"64-unit tanh MLPs, {timesteps} steps/seed, {seeds} seed(s), "
-            f"best of {repeats} round-robin rounds; jax {jax.__version__} on "
-            f"{jax.devices()[0].platform}, {os.cpu_count()} CPUs, load average "
-            + "/".join(f"{x:.1f}" for x in os.getloadavg()))
 
 
 def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "truncate",

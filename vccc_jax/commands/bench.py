@@ -3,7 +3,8 @@ printing of the benchmarks.
 
     vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--ceiling-mib M]
     vccc bench tabular    [--repeats N] [--min-time S] [--small]
-    vccc bench train      [--seeds N] [--timesteps N] [--repeats N] [--rows a,b] [--actor K] [--continuous]
+    vccc bench train      [--seeds 1,8] [--envs 4,64,512] [--grid] [--timesteps N] [--repeats N]
+                          [--rows a,b] [--out F.jsonl [--resume] [--docs F.md]] [--continuous]
     vccc bench scale      [...]   (flags: ``vccc bench scale --help``)
     vccc bench routes     [--updates N] [--seeds N] [--repeats N] [--routes a,b] [--lag L] ...
     vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
@@ -23,6 +24,7 @@ import argparse
 import sys
 from typing import Callable, Optional
 
+from vccc_jax.commands.bench_train import train, train_parser  # noqa: F401
 from vccc_jax.commands.common import Parser, UsageError, fail, guarded
 
 PROG = "vccc bench"
@@ -159,59 +161,7 @@ def tabular(argv: list[str]) -> Callable[[], int]:
 # --------------------------------------------------------------------------------------
 
 
-def train_parser() -> Parser:
-    from vccc_jax.benchmarks import train as b
-
-    p = Parser(prog=f"{PROG} train", description=b.__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=_positive(int), default=1,
-                   help="vmapped seeds per run (default 1)")
-    p.add_argument("--timesteps", type=_positive(int), default=500_000,
-                   help="env steps per seed")
-    p.add_argument("--repeats", type=_positive(int), default=5,
-                   help="round-robin rounds; each row's best run is kept")
-    p.add_argument("--rows", default=",".join(b.ROW_NAMES),
-                   help="comma-separated subset of: " + ",".join(b.ROW_NAMES))
-    p.add_argument("--actor", default="truncate", help="actor weight of our trainer rows")
-    p.add_argument("--continuous", action="store_true",
-                   help="Pendulum-v1: the continuous trainer vs PureJaxRL's continuous PPO "
-                        "(rows: reference, sync-gae, lag8-gae, lag8-vccc)")
-    return p
-
-
-def train(argv: list[str]) -> Callable[[], int]:
-    from vccc_jax.benchmarks import train as b
-    from vccc_jax.benchmarks import train_continuous as bc
-    from vccc_jax.train.config import TrainConfig
-
-    args = train_parser().parse_args(argv)
-    if args.continuous:
-        rows = args.rows if args.rows != ",".join(b.ROW_NAMES) else ",".join(bc.ROW_NAMES)
-        wanted = b.select_names(rows, bc.ROW_NAMES)
-        from vccc_jax.train.continuous import check_config
-
-        for name in wanted:
-            if name != "reference":
-                check_config(bc.train_config(name, args.seeds, args.timesteps, args.actor))
-    else:
-        wanted = b.select_rows(args.rows)
-    for name in wanted:  # the trainer's own validation, before anything compiles
-        if name != "reference" and not args.continuous:
-            TrainConfig(total_timesteps=args.timesteps, num_seeds=args.seeds, actor=args.actor,
-                        **b.ROWS[name])
-
-    def bench() -> int:
-        mod = bc if args.continuous else b
-        _out(mod.header(args.timesteps, args.seeds, args.repeats))
-        prepared = mod.prepare(wanted, args.seeds, args.timesteps, actor=args.actor,
-                               progress=_err)
-        results = b.time_rows(prepared, args.repeats)
-        _out(b.format_table(results))
-        tail = b.footer(results, ref_target=1.0 if args.continuous else 1.1)
-        if tail:
-            _out(tail)
-        return 0
-
-    return bench
+# (flags and printing: vccc_jax/commands/bench_train.py)
 
 
 # --------------------------------------------------------------------------------------
@@ -270,7 +220,7 @@ def scale(argv: list[str]) -> Callable[[], int]:
         rows = [b.measure(args, regime, n, envs, progress=_err if main else None)
                 for regime, n, envs in todo]
         say(b.format_table(rows))
-        say(b.loops_footer(rows))
+        say(b.loops_footer(rows, args))
         if args.json and main:
             with open(args.json, "w") as f:
                 json.dump(b.as_json(rows, args, device, jax.process_count(), jax.__version__),
