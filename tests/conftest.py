@@ -44,6 +44,10 @@ HEAVY_FIRST = (
     "tests/train/test_trainer_envs.py",
     "tests/train/test_topk_centering.py",
     "tests/runs/test_sharded_sweep.py",
+    "tests/envs/test_token_samplers.py",
+    "tests/commands/test_train_critic_free.py",
+    "tests/verify/test_lqr_rows.py",
+    "tests/tabular/test_lqr.py",
 )
 
 
