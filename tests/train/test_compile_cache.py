@@ -55,9 +55,8 @@ def test_compiled_program_is_written_then_loaded(tmp_path):
             jax.jit(f).lower(x).compile()
             assert hits == [] and any(p.is_file() for p in tmp_path.rglob("*")), "not written"
             # the same code as a new function object: jit's in-memory caches (keyed by the
-            # function) miss, as in a new process; jax.clear_caches() did the same but emptied
-            # every cache of the pytest worker, so the tests after it recompiled (16 s in the
-            # suite vs 0.5 s alone, 2026-12-01 log)
+            # function) miss, as in a new process (jax.clear_caches() would also empty the
+            # caches of every test that runs after this one in the same pytest worker)
             g = types.FunctionType(f.__code__, f.__globals__, f.__name__)
             got = jax.jit(g)(x)
             assert len(hits) == 1  # loaded from disk, not compiled again
