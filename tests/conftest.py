@@ -17,3 +17,43 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FAST_COMPILE
 import jax  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# `make test` runs `pytest -n 2 --dist loadfile --no-loadscope-reorder`: xdist hands whole files
+# to the two workers in collection order (its default order, most tests first, put heavy files
+# with few tests last, where one of them alone could keep a worker busy while the other idled).
+# The files below (the heaviest, by measured CPU time; a subprocess-heavy file counts its
+# subprocesses) go first, longest first, so the many small files fill in at the end
+# (greedy longest-processing-time order). Every other file keeps its place after them.
+HEAVY_FIRST = (
+    "tests/train/test_sharding.py",
+    "tests/verify/test_verify.py",
+    "tests/tabular/test_async_ac.py",
+    "tests/verify/test_byo.py",
+    "tests/train/test_trainer.py",
+    "tests/train/test_conformance.py",
+    "tests/verify/test_adapters.py",
+    "tests/train/test_checkpoint_kill.py",
+    "tests/verify/test_injected_bugs.py",
+    "tests/runs/test_launch.py",
+    "tests/runs/test_resume.py",
+    "tests/runs/test_actor_map.py",
+    "tests/train/test_compile_cache.py",
+    "tests/tabular/test_critic.py",
+    "tests/commands/test_train.py",
+    "tests/runs/test_results.py",
+    "tests/train/test_trainer_envs.py",
+    "tests/train/test_topk_centering.py",
+    "tests/runs/test_sharded_sweep.py",
+    "tests/envs/test_token_samplers.py",
+    "tests/commands/test_train_critic_free.py",
+    "tests/verify/test_lqr_rows.py",
+    "tests/tabular/test_lqr.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    root = config.rootpath
+    missing = [path for path in HEAVY_FIRST if not (root / path).is_file()]
+    assert not missing, f"tests/conftest.py HEAVY_FIRST names files that do not exist: {missing}"
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))  # stable

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _scale_common import suite_flags
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
@@ -14,6 +16,7 @@ ROOT = HERE.parent.parent
 def test_sharded_sweep_rows_equal_one_device(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "VCCC_"))}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["XLA_FLAGS"] = suite_flags()  # level-0 compiles, as in-process
     proc = subprocess.run([sys.executable, str(HERE / "_sweep_worker.py"), str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

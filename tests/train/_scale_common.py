@@ -8,6 +8,14 @@ import os
 FLAGS = "--xla_cpu_max_isa=SSE4_2"
 
 
+def suite_flags() -> str:
+    """The suite's compile-speed flags (tests/conftest.py: optimisation level 0), taken from
+    this process's XLA_FLAGS, for a subprocess whose environment drops every other XLA_
+    variable (a user's device count must not leak in)."""
+    keep = ("--xla_backend_optimization_level=", "--xla_llvm_disable_expensive_passes=")
+    return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f.startswith(keep))
+
+
 def set_devices(n: int) -> None:
     # + the suite's flags inherited from tests/conftest.py (optimisation level 0)
     inherited = os.environ.get("XLA_FLAGS", "")

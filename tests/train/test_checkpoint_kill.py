@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _scale_common import suite_flags
 
 from vccc_jax.runs.run_dir import checkpoint_steps
 from vccc_jax.train import checkpoint as ck
@@ -83,6 +84,7 @@ def test_meta_is_the_value_at_save_time(tmp_path, monkeypatch):
 def _env(cache: Path, delay: float = 0.0) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "VCCC_"))}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["XLA_FLAGS"] = suite_flags()  # level-0 compiles, as in-process
     env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", CKPT_COMMIT_DELAY=str(delay))
     return env

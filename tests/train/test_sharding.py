@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from _scale_common import suite_flags
 from jax.sharding import PartitionSpec as P
 
 from vccc_jax.train import sharding as sh
@@ -36,6 +37,7 @@ PARAM_RTOL, PARAM_ATOL = 1e-5, 1e-7
 def _env(**extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "VCCC_"))}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["XLA_FLAGS"] = suite_flags()  # level-0 compiles, as in-process (set_devices adds to it)
     env.update(extra)
     return env
 

@@ -289,7 +289,7 @@ def published_gspo(log_pi, log_mu, advantages, eps=0.2):
 def test_cross_rows_compare_our_row_with_a_library_loss_per_token():
     """cross_rows reads -n d loss / d log pi / A of the library loss and compares it with our
     row: our gspo row equals the published GSPO on random responses (1e-12)."""
-    table = {"verl:gspo": adapters.Adapter("verl", "gspo", "published", "actor", "vpi", "", lambda: published_gspo,
+    table = {"verl:gspo": adapters.Adapter("verl", "gspo", "published", "actor", "vpi", "", lambda: jax.jit(published_gspo),
                                            lambda: "test")}
     (row,) = field_audit.cross_rows(table, n_random=16)
     assert (row.ours, row.theirs) == ("gspo", "verl:gspo")

@@ -15,6 +15,7 @@ inputs (and on large log-ratios). ``commands/verify.py --field-audit`` writes th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Callable, Optional, Sequence
 
@@ -207,14 +208,14 @@ def cross_rows(table: dict, rng_seed: int = 0, n_random: int = 64) -> list[Cross
         except ImportError as e:
             out.append(CrossRow(name, key, float("nan"), float("nan"), f"not run: {e}"))
             continue
-        row = get_actor_correction(name)
+        row = jax.jit(functools.partial(get_actor_correction(name), **params))  # one compile per length
 
         def diff(cs):
             worst, at = 0.0, ""
             for lr, a in cs:
                 adv = np.full(lr.shape, a)
                 with jax.enable_x64(True):
-                    ours = np.asarray(row(jax.numpy.asarray(lr), jax.numpy.asarray(adv), **params))
+                    ours = np.asarray(row(jax.numpy.asarray(lr), jax.numpy.asarray(adv)))
                 theirs = loss_weights(loss, lr, adv)
                 d = _rel(ours, theirs)
                 if d > worst:
