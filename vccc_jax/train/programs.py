@@ -1,0 +1,130 @@
+"""What a compiled training program is keyed by, what it takes as input, and its cache.
+
+Grid cells (configs that differ only in learning rates, clips, the lag law's parameter, the
+PPO-EWMA rate or the seed) run the SAME compiled program: the static part of a config is its
+:func:`program_key` (a frozen ``TrainConfig`` with those fields at placeholders), and what
+varies is :class:`GridValues`, an explicit pytree argument of the compiled init and step
+(``train.trainer``). Every function that needs a grid value takes ``values``; nothing reads
+one from the config while a program is traced.
+
+:class:`ProgramCache` is the explicit cache of compiled programs. Whoever shares programs
+between runs owns one and passes it (``runs.train.run_grid`` creates one per grid); a
+``Trainer(cfg)`` without a cache compiles its own. Key: ``program_key(cfg)`` for a
+``Trainer``; ``(program_key(cfg), mesh, fsdp, ring, split_learner)`` for a
+``train.sharding.ShardedTrainer``.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Hashable, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from vccc_jax.estimators.related import decoupled as dec
+from vccc_jax.train.config import TrainConfig
+
+Array = chex.Array
+
+__all__ = ["GridValues", "ProgramCache", "grid_values", "program_key"]
+
+_LAG_PLACEHOLDER = {"fixed": "fixed:0", "uniform": "uniform:0", "geometric": "geometric:1",
+                    "zipf": "zipf:1"}
+
+
+def clip_is_traced(cfg: TrainConfig) -> bool:
+    """``clip`` is a grid value unless the critic needs it as a Python number (``brace``)."""
+    return cfg.critic != "brace"
+
+
+@struct.dataclass
+class GridValues:
+    """The values a compiled program takes as its argument (float32 / int32 scalars; the
+    lag law's log pmf [K]). ``clip`` is None when static (critic ``brace``: read
+    ``config.clip``); ``lag`` is set for ``fixed:L`` laws, ``lag_logits`` for ``uniform`` /
+    ``geometric`` / ``zipf``, neither for ``trace`` laws (static)."""
+
+    actor_lr: Array
+    critic_lr: Array
+    baseline_lr: Array  # = critic_lr when the config leaves it None
+    actor_clip: Array
+    ewma_decay: Array  # resolved: from the lag law's mean when the config leaves it None
+    clip: Optional[Array] = None
+    lag: Optional[Array] = None
+    lag_logits: Optional[Array] = None
+
+
+def program_key(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with every grid value at a placeholder and the ring size K pinned: two configs
+    with equal ``program_key`` run the same compiled program (:func:`grid_values` carries what
+    differs), so a grid over learning rates, clip thresholds or lags compiles once.
+
+    Grid values: ``actor_lr``, ``critic_lr``, ``baseline_lr``, ``actor_clip``, ``clip`` (static
+    for ``brace``, whose estimator needs a Python number), the lag law's parameter (``fixed`` /
+    ``uniform`` / ``geometric`` / ``zipf``; K = ``resolved_num_versions`` stays static, so lag
+    cells share a program when they share K), the resolved ``ewma_decay`` and ``seed`` (it only
+    makes the initial keys). Static: everything else, ``ppo_epsilon`` and ``rho_bar`` /
+    ``c_bar`` included (``estimators.actor.policy_loss`` and ``vtrace`` validate them as Python
+    numbers)."""
+    changes = dict(actor_lr=1.0, critic_lr=1.0, baseline_lr=None, actor_clip=2.0,
+                   ewma_decay=None, seed=0, num_versions=cfg.resolved_num_versions)
+    if clip_is_traced(cfg):
+        changes["clip"] = 2.0
+    if cfg.lag_law.kind in _LAG_PLACEHOLDER:
+        changes["lag"] = _LAG_PLACEHOLDER[cfg.lag_law.kind]
+    return cfg.replace(**changes)
+
+
+def grid_values(cfg: TrainConfig) -> GridValues:
+    """The grid values of ``cfg`` as device arrays (the compiled program's argument)."""
+    f32 = np.float32
+    law, k = cfg.lag_law, cfg.resolved_num_versions
+    out = dict(actor_lr=f32(cfg.actor_lr), critic_lr=f32(cfg.critic_lr),
+               baseline_lr=f32(cfg.critic_lr if cfg.baseline_lr is None else cfg.baseline_lr),
+               actor_clip=f32(cfg.actor_clip),
+               ewma_decay=f32(dec.trainer_ewma_decay(cfg.ewma_decay, law.mean(k))))
+    if clip_is_traced(cfg):
+        out["clip"] = f32(cfg.clip)
+    if law.kind == "fixed":
+        out["lag"] = np.int32(law.param)
+    elif law.kind in _LAG_PLACEHOLDER:
+        out["lag_logits"] = law.logits(k)
+    return GridValues(**{name: jnp.asarray(v) for name, v in out.items()})
+
+
+def abstract_values(values: GridValues) -> GridValues:
+    """ShapeDtypeStructs of ``values`` (to lower a program ahead of time)."""
+    return jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), values)
+
+
+class ProgramCache:
+    """A least-recently-used map ``key -> compiled programs`` (at most ``max_size`` entries).
+
+    ``get(key, build)`` returns the entry of ``key``, calling ``build()`` (and evicting the
+    least recently used entry beyond ``max_size``) when there is none. Keys are documented
+    by the users (module docstring)."""
+
+    def __init__(self, max_size: int = 16):
+        if max_size < 1:
+            raise ValueError(f"max_size must be >= 1, got {max_size}")
+        self.max_size = max_size
+        self._entries: "collections.OrderedDict[Hashable, Any]" = collections.OrderedDict()
+
+    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        entry = self._entries[key] = build()
+        while len(self._entries) > self.max_size:
+            self._entries.popitem(last=False)
+        return entry
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
