@@ -89,9 +89,9 @@ def test_without_mismatch_or_lag_behaviour_route_is_exact(clean):
 def test_route_metrics_need_a_route_and_ground_truth_cycles():
     """pi_old_route "" records and computes nothing new (no keys: old outputs unchanged);
     gt_every = 0 (speed runs) computes nothing either. No compile here."""
-    assert not Trainer(TrainConfig(**dict(TINY, pi_old_route=""))).route_diag
-    assert not Trainer(TrainConfig(**dict(NOISY, gt_every=0))).route_diag
-    assert Trainer(TrainConfig(**NOISY)).route_diag  # noisy sampler + Monte-Carlo truth: fine
+    assert not Trainer(TrainConfig(**dict(TINY, pi_old_route=""))).setup.route_diag
+    assert not Trainer(TrainConfig(**dict(NOISY, gt_every=0))).setup.route_diag
+    assert Trainer(TrainConfig(**NOISY)).setup.route_diag  # noisy sampler + Monte-Carlo truth: fine
 
 
 # -- pure parts ----------------------------------------------------------------------------

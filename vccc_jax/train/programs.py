@@ -17,6 +17,7 @@ between runs owns one and passes it (``runs.train.run_grid`` creates one per gri
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any, Callable, Hashable, Optional
 
 import chex
@@ -30,7 +31,8 @@ from vccc_jax.train.config import TrainConfig
 
 Array = chex.Array
 
-__all__ = ["GridValues", "ProgramCache", "grid_values", "program_key"]
+__all__ = ["GridValues", "ProgramCache", "abstract_values", "grid_values", "program_key",
+           "program_values"]
 
 _LAG_PLACEHOLDER = {"fixed": "fixed:0", "uniform": "uniform:0", "geometric": "geometric:1",
                     "zipf": "zipf:1"}
@@ -43,8 +45,9 @@ def clip_is_traced(cfg: TrainConfig) -> bool:
 
 @struct.dataclass
 class GridValues:
-    """The values a compiled program takes as its argument (float32 / int32 scalars; the
-    lag law's log pmf [K]). ``clip`` is None when static (critic ``brace``: read
+    """The values that vary between the grid cells of one program: host numbers
+    (:func:`grid_values`) or the compiled program's argument (:func:`program_values`:
+    float32 / int32 scalars, the lag law's log pmf [K]). ``clip`` is None when static (critic ``brace``: read
     ``config.clip``); ``lag`` is set for ``fixed:L`` laws, ``lag_logits`` for ``uniform`` /
     ``geometric`` / ``zipf``, neither for ``trace`` laws (static)."""
 
@@ -80,20 +83,29 @@ def program_key(cfg: TrainConfig) -> TrainConfig:
 
 
 def grid_values(cfg: TrainConfig) -> GridValues:
-    """The grid values of ``cfg`` as device arrays (the compiled program's argument)."""
-    f32 = np.float32
+    """The grid values of ``cfg`` as the config states them (Python numbers; the lag law's
+    log pmf as float32 [K]): what host-side calls outside a compiled program use."""
     law, k = cfg.lag_law, cfg.resolved_num_versions
-    out = dict(actor_lr=f32(cfg.actor_lr), critic_lr=f32(cfg.critic_lr),
-               baseline_lr=f32(cfg.critic_lr if cfg.baseline_lr is None else cfg.baseline_lr),
-               actor_clip=f32(cfg.actor_clip),
-               ewma_decay=f32(dec.trainer_ewma_decay(cfg.ewma_decay, law.mean(k))))
+    out = dict(actor_lr=float(cfg.actor_lr), critic_lr=float(cfg.critic_lr),
+               baseline_lr=float(cfg.critic_lr if cfg.baseline_lr is None else cfg.baseline_lr),
+               actor_clip=float(cfg.actor_clip),
+               ewma_decay=float(dec.trainer_ewma_decay(cfg.ewma_decay, law.mean(k))))
     if clip_is_traced(cfg):
-        out["clip"] = f32(cfg.clip)
+        out["clip"] = float(cfg.clip)
     if law.kind == "fixed":
-        out["lag"] = np.int32(law.param)
+        out["lag"] = int(law.param)
     elif law.kind in _LAG_PLACEHOLDER:
         out["lag_logits"] = law.logits(k)
-    return GridValues(**{name: jnp.asarray(v) for name, v in out.items()})
+    return GridValues(**out)
+
+
+def program_values(values: GridValues) -> GridValues:
+    """``values`` as the compiled program takes them: float32 scalars (int32 ``lag``,
+    float32 [K] ``lag_logits``) on device."""
+    return GridValues(**{
+        name: (None if v is None else
+               jnp.asarray(np.int32(v) if name == "lag" else np.asarray(v, np.float32)))
+        for name, v in ((f.name, getattr(values, f.name)) for f in dataclasses.fields(values))})
 
 
 def abstract_values(values: GridValues) -> GridValues:

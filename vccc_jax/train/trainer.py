@@ -64,7 +64,13 @@ from vccc_jax.train import route_metrics as rm
 from vccc_jax.train import setup as setup_lib
 from vccc_jax.train.batch_metrics import data_metrics, pi_old_kl
 from vccc_jax.train.config import TrainConfig
-from vccc_jax.train.programs import GridValues, ProgramCache, abstract_values, grid_values
+from vccc_jax.train.programs import (
+    GridValues,
+    ProgramCache,
+    abstract_values,
+    grid_values,
+    program_values,
+)
 from vccc_jax.train.setup import Setup, make_setup
 
 Array = chex.Array
@@ -343,7 +349,10 @@ class Trainer:
     """Builds and runs the jitted training function for one :class:`TrainConfig`.
 
     ``cache``: a ``train.programs.ProgramCache`` shared with other Trainers (key
-    ``program_key(config)``: grid cells share one compile); None compiles its own."""
+    ``program_key(config)``: grid cells share one compile); None compiles its own.
+    ``setup``: the static pieces (``train.setup.Setup``); ``values``: the config's grid
+    values as host numbers (``train.programs.grid_values``; the compiled programs take them
+    as ``program_values``)."""
 
     def __init__(self, config: TrainConfig, cache: Optional[ProgramCache] = None):
         self.config = config
@@ -362,7 +371,7 @@ class Trainer:
     def init(self, keys: Optional[Array] = None) -> TrainState:
         """Initial states for all seeds (leading seed axis)."""
         keys = self.seed_keys() if keys is None else keys
-        return self.programs.init(keys, self.values)
+        return self.programs.init(keys, program_values(self.values))
 
     def train(self, states: TrainState, num_updates: Optional[int] = None,
               start: Optional[int] = None):
@@ -377,12 +386,12 @@ class Trainer:
         if start is None:
             start = int(jax.device_get(states.update).reshape(-1)[0])
         return self.programs.train(states, jnp.asarray(start, jnp.int32), int(num_updates),
-                                   self.values)
+                                   program_values(self.values))
 
     def lower(self, states: TrainState, num_updates: int):
         """The lowered training function (for compile-time measurements)."""
         return self.programs.train.lower(states, jnp.asarray(0, jnp.int32), int(num_updates),
-                                         abstract_values(self.values))
+                                         abstract_values(program_values(self.values)))
 
 
 def train(config: TrainConfig):
