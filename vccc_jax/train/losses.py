@@ -1,10 +1,8 @@
-"""The learner's minibatch pieces: the batch layout, minibatches and the two losses.
+"""The learner's batch and its two losses.
 
 :class:`Batch` is one update's learner batch ([T, B, ...], the rollout's layout: observations,
-actions, behaviour / proximal log-probs, advantages, critic targets, sample weights).
-Minibatches (:func:`env_minibatches`) shuffle each env's steps and keep every env's rows
-together, so on a mesh that splits envs over devices no row moves (advantages are
-normalised per minibatch before the minibatch loop, :func:`effective_advantages`).
+actions, behaviour / proximal log-probs, advantages, critic targets, sample weights);
+``train.learner`` splits it into minibatches and calls, per minibatch:
 
 * :func:`actor_loss`: ``estimators.actor.policy_loss`` (weight kind ratio / truncate / mask or
   a row of the actor table, PPO clip against pi_old, Eq 13 centring) on one minibatch;
@@ -26,7 +24,7 @@ the exact m_w).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import chex
 import jax
@@ -40,9 +38,8 @@ from vccc_jax.train.setup import Setup, actor_row_params
 
 Array = chex.Array
 
-__all__ = ["Batch", "actor_loss", "critic_loss", "effective_advantages", "env_minibatches",
-           "finish_topk_errors", "flat_rows", "topk_centering_error_sums",
-           "topk_centering_errors", "wmean"]
+__all__ = ["Batch", "actor_loss", "critic_loss", "finish_topk_errors",
+           "topk_centering_error_sums", "topk_centering_errors", "wmean"]
 
 
 class Batch(NamedTuple):
@@ -69,57 +66,6 @@ def wmean(x: Array, w: Optional[Array]) -> Array:
     if w is None:
         return jnp.mean(x)
     return jnp.sum(w * x) / jnp.maximum(jnp.sum(w), 1.0)
-
-
-def env_minibatches(key: Array, batch: Any, num_minibatches: int) -> Any:
-    """Time-major rows [T, B, ...] -> minibatches [M, T B / M, ...] that keep envs together.
-
-    Each env's T steps are shuffled by a permutation of its own (random bits drawn for the
-    whole [B, T] grid from ``key``, so the split does not depend on how the envs are placed
-    on devices); the rows are then laid out env-major, r = b T + j, and minibatch m takes the
-    rows with r = m (mod M). When M divides T every minibatch holds T / M random steps of
-    every env (stratified by env, like the rollout). A mesh that splits the envs over
-    "data" (D devices) keeps every row on its device as long as M divides T B / D: the
-    shuffle is local, as in Anakin / PureJaxRL-on-pmap, yet the same on any device count.
-    """
-    leaves = [x for x in jax.tree_util.tree_leaves(batch) if x is not None]
-    T, n = leaves[0].shape[:2]
-    if (T * n) % num_minibatches:
-        raise ValueError(f"num_minibatches={num_minibatches} must divide T * B = {T * n}")
-    perm = jnp.argsort(jax.random.bits(key, (n, T)), axis=1)  # [B, T]
-
-    def split(x):
-        x = jax.vmap(lambda xb, pb: xb[pb])(jnp.swapaxes(x, 0, 1), perm)  # [B, T, ...]
-        x = x.reshape((T * n // num_minibatches, num_minibatches) + x.shape[2:])
-        return jnp.swapaxes(x, 0, 1)
-
-    return jax.tree_util.tree_map(split, batch)
-
-
-def effective_advantages(adv: Array, w: Optional[Array], normalize: bool) -> Array:
-    """The advantages the actor loss takes, per minibatch: [M, mb] (minibatch rows on axis 1).
-
-    ``normalize``: (A - mean) / (std + 1e-8) over each minibatch (w-weighted with sample
-    weights ``w``). With ``w``: A w mb / sum(w), so the loss's plain mean over the minibatch
-    is the w-weighted mean (masked samples carry no gradient)."""
-    chex.assert_rank(adv, 2)
-    if normalize:
-        if w is None:
-            mean = jnp.mean(adv, axis=1, keepdims=True)
-            adv = (adv - mean) / (jnp.std(adv, axis=1, keepdims=True) + 1e-8)
-        else:
-            total = jnp.maximum(jnp.sum(w, axis=1, keepdims=True), 1.0)
-            mean = jnp.sum(w * adv, axis=1, keepdims=True) / total
-            var = jnp.sum(w * jnp.square(adv - mean), axis=1, keepdims=True) / total
-            adv = (adv - mean) / (jnp.sqrt(var) + 1e-8)
-    if w is not None:
-        adv = adv * w * (w.shape[1] / jnp.maximum(jnp.sum(w, axis=1, keepdims=True), 1.0))
-    return adv
-
-
-def flat_rows(batch: Any) -> Any:
-    """[T, B, ...] -> [T B, ...] in time-major order (None fields stay None)."""
-    return jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
 
 
 def topk_centering_error_sums(

@@ -39,7 +39,8 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from vccc_jax.estimators.related import decoupled as dec
-from vccc_jax.train.losses import Batch, actor_loss, effective_advantages, flat_rows
+from vccc_jax.train.learner import effective_advantages, flat_rows
+from vccc_jax.train.losses import Batch, actor_loss
 from vccc_jax.train.programs import GridValues
 from vccc_jax.train.setup import Setup
 
