@@ -22,7 +22,6 @@ from typing import Any, Callable, Hashable, Optional
 
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -100,12 +99,16 @@ def grid_values(cfg: TrainConfig) -> GridValues:
 
 
 def program_values(values: GridValues) -> GridValues:
-    """``values`` as the compiled program takes them: float32 scalars (int32 ``lag``,
-    float32 [K] ``lag_logits``) on device."""
-    return GridValues(**{
-        name: (None if v is None else
-               jnp.asarray(np.int32(v) if name == "lag" else np.asarray(v, np.float32)))
-        for name, v in ((f.name, getattr(values, f.name)) for f in dataclasses.fields(values))})
+    """``values`` as the compiled program takes them: NumPy float32 scalars (int32 ``lag``,
+    float32 [K] ``lag_logits``). Passed as the program's argument they are traced; closed
+    over (a program with this cell's values as constants) they stay concrete."""
+    def cast(name, v):
+        if v is None:
+            return None
+        return np.int32(v) if name == "lag" else np.asarray(v, np.float32)[()]
+
+    return GridValues(**{f.name: cast(f.name, getattr(values, f.name))
+                         for f in dataclasses.fields(values)})
 
 
 def abstract_values(values: GridValues) -> GridValues:

@@ -1,15 +1,10 @@
 """A fully jitted asynchronous actor-critic trainer with simulated policy lag.
 
-PureJaxRL manner: one training run is ONE jitted function — a ``lax.scan`` over updates,
-each update a rollout (``envs.rollout``) followed by epochs x minibatches of a PPO-style
-learner — and seeds are ``vmap``-ed. All state lives in :class:`TrainState`, a pytree whose
-every leaf has an explicit leading seed axis, so sharding it later changes placement, not
-code.
-
-Asynchrony is simulated with a ring buffer of the last K actor versions (``envs.lag``):
-at update k each env draws a lag L from the configured law and acts with pi_{k-L}; the
-learner then trains pi_k and the critic on those stale transitions using the logged
-behaviour log-probabilities.
+PureJaxRL manner: one training run is ONE jitted function (a ``lax.scan`` over updates;
+seeds ``vmap``-ed); all state lives in :class:`TrainState`, every leaf with a leading seed
+axis. Asynchrony is simulated with a ring of the last K actor versions (``envs.lag``): at
+update k each env draws a lag L from the lag law and acts with pi_{k-L}; the learner trains
+pi_k and the critic on those stale transitions with the logged behaviour log-probabilities.
 
 Layout (read top to bottom): :func:`update` is the whole update of one seed, five named
 steps —
@@ -39,10 +34,8 @@ cells share one compile) and arrays. :func:`train_scan` scans :func:`update` ove
 (seeds vmapped); :class:`Trainer` compiles it (:func:`compile_programs`, shared through a
 ``train.programs.ProgramCache`` when one is given) and runs it on host.
 
-Lag 0 is exactly on-policy: an env at lag 0 takes its behaviour logits from the newest
-version's row of the rollout's per-version forward pass, so log-ratios are exactly 0, every
-weight is exactly 1 and every corrected target reduces to its uncorrected form (tests/train
-check this bit for bit).
+Lag 0 is exactly on-policy: log-ratios are exactly 0, every weight exactly 1 and every
+corrected target its uncorrected form (tests/train check this bit for bit).
 """
 
 from __future__ import annotations
