@@ -45,15 +45,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from vccc_jax.train import trainer as trainer_lib
-from vccc_jax.train.programs import ProgramCache, abstract_values, program_values
+# (train.trainer / train.programs are imported where used: this module also starts
+# jax.distributed, which must run before gymnax initialises a backend)
+if TYPE_CHECKING:
+    from vccc_jax.train.programs import ProgramCache
 
 DATA, SEED = "data", "seed"
 AXES = (DATA, SEED)
@@ -295,6 +297,8 @@ class ShardedTrainer:
 
     def __init__(self, trainer: Any, mesh: Mesh, *, fsdp: bool = False, ring: str = "auto",
                  split_learner: bool = True, cache: Optional[ProgramCache] = None):
+        from vccc_jax.train.programs import program_values
+
         self.config = cfg = trainer.config
         self.mesh = mesh
         self.values = program_values(trainer.values)  # the programs' argument
@@ -341,6 +345,8 @@ class ShardedTrainer:
 
     def lower(self, num_updates: int):
         """AOT: the lowered step on abstract sharded inputs (``.compile()`` it to time it)."""
+        from vccc_jax.train.programs import abstract_values
+
         return self._train.lower(self.abstract(), jax.ShapeDtypeStruct((), jnp.int32),
                                  int(num_updates), abstract_values(self.values))
 
@@ -350,6 +356,8 @@ class ShardedTrainer:
         Runs exactly the rollout ``trainer.update`` starts with (same key split, this
         config's values), with the env axis on "data"; tests compare it across meshes.
         """
+        from vccc_jax.train import trainer as trainer_lib
+
         setup, values = self.setup, self.values
 
         def probe(states):
@@ -368,6 +376,8 @@ class _ShardedPrograms:
     """The shardings and compiled programs of one (program key, mesh, layout)."""
 
     def __init__(self, setup, mesh: Mesh, sharded: ShardedTrainer, fsdp: bool, ring: str):
+        from vccc_jax.train import trainer as trainer_lib
+
         self.setup = setup
         cfg = setup.cfg
         self.abstract_state = jax.eval_shape(

@@ -16,16 +16,16 @@ steps —
    average) on s_t and on the next observation (truncation bootstraps, termination does
    not), log-ratios, critic targets (``train.targets``: the names of
    ``estimators.registry`` plus ``gae``), actor advantages, the actor's pi_old (pi_k or a
-   decoupled route of issue 13) and the learner batch; and :func:`ground_truth` at the
-   start-of-update parameters (``train.truth``, every ``gt_every`` updates);
+   decoupled route of issue 13) and the learner batch;
 3. :func:`learn_step`: epochs x minibatches of the actor loss
    (``train.losses.actor_loss``) and the critic loss 0.5 (V(s) - sg[y])^2 (Eq 7), jointly
    or critic first (``train.learner``);
 4. :func:`push_version`: the new state — Polyak target, the new actor pushed into the ring,
    replay, EWMA;
 5. :func:`update_metrics`: episode return, lags, importance diagnostics
-   (``train.batch_metrics``), losses, ground truth and the pi_old route's diagnostics
-   (``train.route_metrics``).
+   (``train.batch_metrics``), losses, and at the start-of-update parameters
+   :func:`ground_truth` (``train.truth``, every ``gt_every`` updates) and the pi_old
+   route's diagnostics (``train.route_metrics``).
 
 Every step is a plain function of the static pieces (``train.setup.Setup``, built once from
 the config), the grid values (``train.programs.GridValues``: learning rates, clips, the lag
@@ -110,16 +110,15 @@ def update(setup: Setup, values: GridValues, state: TrainState, idx: Array
     prep = learner.prepare(setup, values, ltraj, vbar_params(setup, state),
                            state.baseline_params)
     log_pi_old, log_pi_old_all = learner.pi_old(setup, values, state.ewma, ltraj, prep)
-    gt_metrics = ground_truth(setup, values, state, traj, ltraj, valid, prep, k_gt, idx)
     batch = learner.learner_batch(setup, values, ltraj, prep, valid, log_pi_old,
                                   log_pi_old_all)
     # 3. learn: epochs x minibatches over the [T, B] batch (env-local shuffles)
     learned, loss_stats = learn_step(setup, values, state, batch, ltraj, k_perm)
     # 4. push the new version (and the Polyak target, replay, EWMA)
     new_state = push_version(setup, values, state, learned, traj, env_carry, key)
-    # 5. metrics
+    # 5. metrics (ground truth and route diagnostics at the start-of-update params)
     metrics = update_metrics(setup, values, state, new_state, traj, ltraj, valid, prep,
-                             batch, log_pi_old_all, loss_stats, gt_metrics, idx)
+                             batch, log_pi_old_all, loss_stats, k_gt, idx)
     return new_state, metrics
 
 
@@ -227,16 +226,17 @@ def push_version(setup: Setup, values: GridValues, state: TrainState,
 
 def update_metrics(setup: Setup, values: GridValues, state: TrainState, new_state: TrainState,
                    traj, ltraj, valid, prep, batch, log_pi_old_all, loss_stats: dict,
-                   gt_metrics: dict, idx) -> dict:
+                   key, idx) -> dict:
     """The update's metrics: return and episodes of the rollout, the batch's diagnostics
-    (``train.batch_metrics``), losses, ground truth; with a ``pi_old_route`` its
-    diagnostics (``train.route_metrics``) and KL(pi_k || pi_old)."""
+    (``train.batch_metrics``), losses, ground truth (:func:`ground_truth`, ``key``: its
+    Monte-Carlo draws); with a ``pi_old_route`` its diagnostics (``train.route_metrics``)
+    and KL(pi_k || pi_old)."""
     metrics = {
         "return": new_state.last_return,
         "episodes": jnp.sum(traj.episode_done).astype(jnp.int32),
         **data_metrics(setup, values, ltraj, valid, prep),
         **loss_stats,
-        **gt_metrics,
+        **ground_truth(setup, values, state, traj, ltraj, valid, prep, key, idx),
     }
     if setup.cfg.pi_old_route:
         metrics.update(rm.route_diagnostics(setup, values, state.actor_params, ltraj, prep,
