@@ -25,7 +25,7 @@ learner.py log_rhos = log mu - log pi_old and log_mu_all := log_pi_all (prepared
 uncorrected-value-gae); targets.py Z(s) with pi and mu swapped (centered_baseline-zero-target),
 rho_bar / c_bar swapped in V-trace (vtrace-value-target), b = 0 ignored for vccc
 (vccc-zero-gae); actor_weights.py trust-region w from pi_theta instead of pi_old
-(icepop-exact), per-update advantages not normalised (topr-pik); learner.py centring without
+(icepop-exact), per-update advantages not normalised (topr-pik); losses.py centring without
 pi_old (centered-truncate-behaviour).
 """
 

@@ -15,9 +15,10 @@ Plain functions of the static :class:`~vccc_jax.train.setup.Setup`, the grid val
   actor's advantages recomputed with the updated critic and actor-only epochs.
 
 The learned baseline head b_psi (``baseline="learned"``) regresses toward Eq 9's b* in
-:func:`baseline_step`. Minibatches keep every env's rows together
-(``losses.env_minibatches``), so on a mesh the minibatch loop's only collective is the
-gradient all-reduce.
+:func:`baseline_step`. Minibatches (:func:`env_minibatches`) shuffle each env's steps and
+keep every env's rows together, so on a mesh that splits envs over devices no row moves;
+advantages are normalised per minibatch before the minibatch loop
+(:func:`effective_advantages`).
 """
 
 from __future__ import annotations
