@@ -36,3 +36,18 @@ def test_train_grid_shards_union_equals_one_process(tmp_path, monkeypatch):
         read_rows(tmp_path / "one" / "g.jsonl"))
     ran.clear()
     assert runs_train.run_grid("g", CELLS, tmp_path / "many", quiet=True) == one and ran == []
+
+
+def test_train_grid_cells_share_one_program_cache(tmp_path, monkeypatch):
+    """run_grid owns ONE ProgramCache and hands it to every cell (cells that differ only in
+    grid values then compile once: tests/train/test_trainer.py); a new grid, a new cache."""
+    from vccc_jax.train.programs import ProgramCache
+
+    caches = []
+    monkeypatch.setattr(runs_train, "run_one", lambda cfg, out, **kw: caches.append(
+        kw["programs"]) or _fake_run_one(cfg, out))
+    runs_train.run_grid("g", CELLS, tmp_path / "a", quiet=True)
+    assert len(caches) == 6 and isinstance(caches[0], ProgramCache)
+    assert all(c is caches[0] for c in caches)
+    runs_train.run_grid("g", CELLS, tmp_path / "b", quiet=True)
+    assert caches[6] is not caches[0]

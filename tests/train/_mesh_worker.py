@@ -68,7 +68,7 @@ def main(out: str) -> None:
             st.train = lambda s_, n, start=None, step=step, st=st: step(
                 s_, jnp.asarray(start if start is not None else
                                 int(jax.device_get(s_.update).reshape(-1)[0]), jnp.int32),
-                st.values())
+                st.values)
         s, m1 = st.train(s, CHUNK)
         if shape == (4, 2):  # save the state after CHUNK updates (async), keep going
             mngr = ck.manager(f"{out}/ckpt", keep=2, every=CHUNK)

@@ -1,5 +1,8 @@
 """`vccc train --critic brace` (issue 13): the trainer runs it, and its targets on a rollout
 are ``estimators.related.brace.brace`` of that rollout."""
+
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +11,7 @@ import pytest
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.estimators.related.brace import brace
-from vccc_jax.train import route_metrics
+from vccc_jax.train import learner, route_metrics
 from vccc_jax.train.config import TrainConfig, check_comparators
 from vccc_jax.train.targets import CRITIC_TARGETS
 from vccc_jax.train.trainer import Trainer
@@ -35,10 +38,11 @@ def test_brace_targets_equal_estimator_on_the_rollout(trainer):
     state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
     newer = jax.tree_util.tree_map(lambda p: p + 0.5 * jnp.sign(p), state.actor_params)
     ring = lag_lib.push(state.versions, newer)  # lag 1 = the init params, lag 0 = newer
-    _, traj = rollout_lib.rollout(trainer.env, trainer.env_params, trainer.actor_logits, ring,
+    _, traj = rollout_lib.rollout(trainer.setup.env, trainer.setup.env_params, trainer.setup.actor_logits, ring,
                                   state.env, jax.random.PRNGKey(3), num_steps=CFG.num_steps,
                                   lags=jnp.ones((CFG.num_envs,), jnp.int32))
-    prep = jax.jit(trainer.prepare)(traj, state.critic_params)
+    prep = jax.jit(functools.partial(learner.prepare, trainer.setup, trainer.values))(
+        traj, state.critic_params)
     t = prep.inputs.transitions
     assert float(jnp.max(jnp.abs(t.log_rhos))) > 0.05  # really off-policy
     ref = brace(t.log_rhos, t.discounts, t.rewards, t.values, t.next_values[-1], n=2,

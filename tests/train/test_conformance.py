@@ -5,10 +5,10 @@ One logged batch per env: ``tabular:`` (random time-limit cuts) and ``token:`` (
 sampler, tool steps, env discounts), lag law uniform:3 over a ring of four distinct actor
 versions, so the log-ratios are nonzero and some weights clip.
 
-Trainer side (its own code path): ``Trainer.prepare`` (Vbar, log-ratios, critic targets with
-Z(s), advantages), ``Trainer._pi_old`` + ``_learner_batch`` (the pi_old route and a
+Trainer side (its own code path): ``learner.prepare`` (Vbar, log-ratios, critic targets with
+Z(s), advantages), ``learner.pi_old`` + ``learner_batch`` (the pi_old route and a
 per-update actor row's weights), ``learner.env_minibatches`` + ``effective_advantages`` +
-``_actor_loss`` / ``_critic_loss`` (the losses and, by jax.grad, their gradients).
+``losses.actor_loss`` / ``critic_loss`` (the losses and, by jax.grad, their gradients).
 
 Reference side, from the logged arrays only: log-ratios by take_along_axis, Vbar by applying
 the critic network to obs / final_obs, discounts gamma (1 - terminated) (token env: its
@@ -25,7 +25,7 @@ learner.py log_rhos = log mu - log pi_old and log_mu_all := log_pi_all (prepared
 uncorrected-value-gae); targets.py Z(s) with pi and mu swapped (centered_baseline-zero-target),
 rho_bar / c_bar swapped in V-trace (vtrace-value-target), b = 0 ignored for vccc
 (vccc-zero-gae); actor_weights.py trust-region w from pi_theta instead of pi_old
-(icepop-exact), per-update advantages not normalised (topr-pik); learner.py centring without
+(icepop-exact), per-update advantages not normalised (topr-pik); losses.py centring without
 pi_old (centered-truncate-behaviour).
 """
 
@@ -41,6 +41,8 @@ from vccc_jax.estimators import actor as actor_lib
 from vccc_jax.estimators import actor_registry
 from vccc_jax.estimators import critic_targets as ct
 from vccc_jax.estimators.vtrace import vtrace
+from vccc_jax.train import learner, losses
+from vccc_jax.train import trainer as trainer_lib
 from vccc_jax.train.config import TrainConfig, parse_actor
 from vccc_jax.train.learner import effective_advantages, env_minibatches
 from vccc_jax.train.trainer import Trainer
@@ -85,8 +87,9 @@ def logged(env: str):
     versions = lag_lib.push(versions, one.actor_params)
     one = one.replace(versions=versions,
                       critic_params=jax.tree_util.tree_map(lambda x: 4.0 * x, one.critic_params))
-    _, traj = jax.jit(lambda s, k: tr._rollout(s.actor_params, s.versions, s.env, k, 3,
-                                               jax.random.fold_in(k, 1)))(one, key)
+    _, traj = jax.jit(lambda s, k: trainer_lib.rollout_step(
+        tr.setup, tr.values, s.actor_params, s.versions, s.env, k, 3,
+        jax.random.fold_in(k, 1)))(one, key)
     return one, traj
 
 
@@ -102,14 +105,14 @@ def _take(table, action):
 
 
 def _actor_obs(tr, obs):
-    return obs if tr.actor_features is None else obs[..., :tr.actor_features]
+    return obs if tr.setup.actor_features is None else obs[..., :tr.setup.actor_features]
 
 
 def reference_inputs(tr: Trainer, state, traj) -> dict:
     """Logged-array quantities, computed here (float64 NumPy where the math is ours)."""
     cfg = tr.config
-    v = _np(tr.critic_net.apply(state.critic_params, traj.obs))
-    nv = _np(tr.critic_net.apply(state.critic_params, traj.final_obs))
+    v = _np(tr.setup.critic_net.apply(state.critic_params, traj.obs))
+    nv = _np(tr.setup.critic_net.apply(state.critic_params, traj.final_obs))
     log_pi_k = _take(traj.log_pi_all, traj.action)
     if traj.discount is not None:  # the token env's own discounts (tool steps)
         disc = _np(traj.discount)
@@ -180,7 +183,8 @@ CRITICS = [("uncorrected", "value", "gae"), ("vccc", "value", "target"),
 
 @functools.lru_cache(maxsize=None)
 def _prepare(cfg: TrainConfig):
-    return jax.jit(_trainer(cfg).prepare)
+    tr = _trainer(cfg)
+    return jax.jit(functools.partial(learner.prepare, tr.setup, tr.values))
 
 
 def test_the_logged_batch_is_off_policy():
@@ -244,14 +248,14 @@ def _actor_side(cfg: TrainConfig):
     tr = _trainer(cfg)
 
     def run(state, traj, key, theta, critic):
-        prep = tr.prepare(traj, state.critic_params)
-        lp_old, lp_old_all = tr._pi_old(state, traj, prep)
-        batch = tr._learner_batch(traj, prep, None, lp_old, lp_old_all)
+        prep = learner.prepare(tr.setup, tr.values, traj, state.critic_params)
+        lp_old, lp_old_all = learner.pi_old(tr.setup, tr.values, state.ewma, traj, prep)
+        batch = learner.learner_batch(tr.setup, tr.values, traj, prep, None, lp_old, lp_old_all)
         mbs = env_minibatches(key, batch, cfg.num_minibatches)
         adv = effective_advantages(mbs.advantages, mbs.actor_w, cfg.normalize_advantages)
         mb = jax.tree_util.tree_map(lambda a: a[0], mbs._replace(advantages=adv))
-        pg, g = jax.value_and_grad(lambda p: tr._actor_loss(p, mb)[0])(theta)
-        vl, vg = jax.value_and_grad(tr._critic_loss)(critic, mb)
+        pg, g = jax.value_and_grad(lambda p: losses.actor_loss(tr.setup, tr.values, p, mb)[0])(theta)
+        vl, vg = jax.value_and_grad(functools.partial(losses.critic_loss, tr.setup))(critic, mb)
         return dict(lp_old=lp_old, lp_old_all=lp_old_all, actor_weight=batch.actor_weight,
                     adv=adv[0], pg=pg, g=g, vl=vl, vg=vg)
 
@@ -331,7 +335,7 @@ def test_actor_weights_loss_and_gradient_equal_the_library(env, actor, route):
     amask = None if aw is None else mb["w"]
 
     def ref_loss(p):
-        log_pi_all = jax.nn.log_softmax(tr.actor_net.apply(p, _actor_obs(tr, mb["obs"])), -1)
+        log_pi_all = jax.nn.log_softmax(tr.setup.actor_net.apply(p, _actor_obs(tr, mb["obs"])), -1)
         log_pi = jnp.take_along_axis(log_pi_all, mb["action"][:, None], -1)[:, 0]
         centering = (actor_lib.centering_term(log_pi_all, mb["log_mu_all"], kind=kind, clip=c_clip,
                                               log_pi_old_all=mb["old_all"]) if centred else None)
@@ -358,7 +362,7 @@ def test_actor_weights_loss_and_gradient_equal_the_library(env, actor, route):
     _tree_close(out["g"], g, 2e-4, 1e-5 * scale, "actor gradient")
 
     def ref_critic_loss(p):  # every sample has critic weight 1 here (no replay)
-        return 0.5 * jnp.mean(jnp.square(tr.critic_net.apply(p, mb["obs"]) - mb["y"]))
+        return 0.5 * jnp.mean(jnp.square(tr.setup.critic_net.apply(p, mb["obs"]) - mb["y"]))
 
     vl, vg = jax.value_and_grad(ref_critic_loss)(critic)
     np.testing.assert_allclose(out["vl"], vl, rtol=1e-5, err_msg="critic loss")

@@ -5,6 +5,8 @@ the naive route pi_old := mu under a noisy inference sampler with lag 1 (biased 
 exact route), and the exact route with neither mismatch nor lag (the reference against itself).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 from vccc_jax.estimators.related import decoupled as dec
 from vccc_jax.train import route_metrics as rm
+from vccc_jax.train import trainer as trainer_lib
 from vccc_jax.train.config import TrainConfig
 from vccc_jax.train.trainer import Trainer
 
@@ -77,7 +80,8 @@ def test_without_mismatch_or_lag_behaviour_route_is_exact(clean):
     pi_old is the exact route's, so its diagnostics are the exact route's (bias 0)."""
     tr, state0, _ = clean
     s = jax.tree_util.tree_map(lambda x: x[0], state0)
-    _, traj = jax.jit(tr._rollout)(s.actor_params, s.versions, s.env, jax.random.PRNGKey(1), 0)
+    _, traj = jax.jit(functools.partial(trainer_lib.rollout_step, tr.setup, tr.values))(
+        s.actor_params, s.versions, s.env, jax.random.PRNGKey(1), 0)
     kw = dict(log_pi_all=traj.log_pi_all, log_mu_all=traj.log_mu_all,
               behaviour_log_pi_all=traj.log_b_all)
     exact = dec.route_log_pi_old("exact", traj.action, **kw)
@@ -89,9 +93,9 @@ def test_without_mismatch_or_lag_behaviour_route_is_exact(clean):
 def test_route_metrics_need_a_route_and_ground_truth_cycles():
     """pi_old_route "" records and computes nothing new (no keys: old outputs unchanged);
     gt_every = 0 (speed runs) computes nothing either. No compile here."""
-    assert not Trainer(TrainConfig(**dict(TINY, pi_old_route=""))).route_diag
-    assert not Trainer(TrainConfig(**dict(NOISY, gt_every=0))).route_diag
-    assert Trainer(TrainConfig(**NOISY)).route_diag  # noisy sampler + Monte-Carlo truth: fine
+    assert not Trainer(TrainConfig(**dict(TINY, pi_old_route=""))).setup.route_diag
+    assert not Trainer(TrainConfig(**dict(NOISY, gt_every=0))).setup.route_diag
+    assert Trainer(TrainConfig(**NOISY)).setup.route_diag  # noisy sampler + Monte-Carlo truth: fine
 
 
 # -- pure parts ----------------------------------------------------------------------------

@@ -90,6 +90,24 @@ def test_layouts_and_divisibility():
     assert one.env.obs == P("data") and one.key == P()
 
 
+def test_sharded_grid_cells_share_a_program_through_the_cache():
+    """Key (program_key, mesh, fsdp, ring, split_learner): cells that differ only in grid
+    values share one sharded program when they share a cache, with their own values; a
+    different layout or no cache builds its own (nothing compiles here)."""
+    from vccc_jax.train.programs import ProgramCache
+
+    cfg = TrainConfig(num_envs=4, num_steps=4, num_minibatches=2, hidden=8, lag="uniform:1",
+                      num_versions=2, total_timesteps=4 * 4)
+    mesh, cache = sh.make_mesh((1, 1)), ProgramCache()
+    a = sh.ShardedTrainer(Trainer(cfg), mesh, cache=cache)
+    b = sh.ShardedTrainer(Trainer(cfg.replace(actor_lr=1e-2, clip=1.5)), mesh, cache=cache)
+    assert a._train is b._train and a._init is b._init and len(cache) == 1
+    assert float(b.values.actor_lr) == np.float32(1e-2) and float(b.values.clip) == 1.5
+    assert sh.ShardedTrainer(Trainer(cfg), mesh, fsdp=True, cache=cache)._train is not a._train
+    assert sh.ShardedTrainer(Trainer(cfg), mesh)._train is not a._train
+    assert len(cache) == 2
+
+
 def test_initialize_distributed_reads_env():
     assert sh.initialize_distributed(environ={}) is False
     with pytest.raises(ValueError, match="process_id"):

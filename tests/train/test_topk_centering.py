@@ -12,7 +12,7 @@ import pytest
 
 from vccc_jax.envs import samplers
 from vccc_jax.estimators import actor
-from vccc_jax.train import learner
+from vccc_jax.train import learner, losses
 from vccc_jax.train.config import TrainConfig
 from vccc_jax.train.trainer import Trainer
 
@@ -32,10 +32,10 @@ def test_config_validation():
         TrainConfig(**(TINY | {"actor": "truncate"}), centering_topk=2)
     assert TrainConfig().centering_topk == 0
     # k must be < the number of actions: checked by the learner (the config has no env)
-    stub = SimpleNamespace(config=TrainConfig(**TINY, centering_topk=16), num_actions=16)
+    stub = SimpleNamespace(cfg=TrainConfig(**TINY, centering_topk=16), num_actions=16)
     with pytest.raises(ValueError, match="centering_topk=16 must be < the number of actions 16"):
-        learner.Learner._centering_k(stub)
-    assert learner.Learner._centering_k(SimpleNamespace(config=stub.config, num_actions=17)) == 16
+        losses.centering_k(stub)
+    assert losses.centering_k(SimpleNamespace(cfg=stub.cfg, num_actions=17)) == 16
 
 
 def test_cli_flag():
@@ -156,8 +156,8 @@ def test_support_model_from_the_sampler():
     """(support-aware?, max_support) per config: non-truncating samplers keep the first model
     (n_s = V), top-K uses a lax.top_k bound K, top-p / mismatch the radix select."""
     def model(**extra):
-        stub = SimpleNamespace(config=TrainConfig(**TINY, centering_topk=2, **extra), num_actions=16)
-        return learner.Learner._support_model(stub)
+        stub = SimpleNamespace(cfg=TrainConfig(**TINY, centering_topk=2, **extra), num_actions=16)
+        return losses.support_model(stub)
 
     assert model() == (False, None)
     assert model(sampler="temp=0.7,mismatch=int8") == (False, None)
@@ -173,10 +173,10 @@ def test_support_model_from_the_sampler():
 
 def test_loss_stats_only_report_topk_metrics_when_on():
     aux = tuple(jnp.ones((2, 2)) for _ in range(6))
-    assert "mw_topk_rel_err" not in learner.Learner._loss_stats(aux, False, {})
+    assert "mw_topk_rel_err" not in learner.loss_stats(aux, False, {})
     sums = {"mw_err_sq": jnp.asarray([[1.0, 3.0]]), "mw_sq": jnp.asarray([[4.0, 12.0]]),
             "z_abs_err": jnp.asarray([[1.0, 2.0]]), "count": jnp.asarray([[4.0, 2.0]])}
-    out = learner.Learner._loss_stats(aux, False, sums)
+    out = learner.loss_stats(aux, False, sums)
     np.testing.assert_allclose(out["mw_topk_rel_err"], 0.5)  # sqrt(4 / 16): over ALL rows
     np.testing.assert_allclose(out["z_topk_abs_err"], 0.5)
     np.testing.assert_allclose(out["mw_norm"], np.sqrt(16 / 6))
@@ -227,9 +227,9 @@ def test_trainer_loss_topk_equals_full_rows_on_support(runs):
     tr, final, _ = runs["topk"]
     full = Trainer(tr.config.replace(centering_topk=0))
     top_p = Trainer(tr.config.replace(sampler="p=0.9"))
-    n, v = 6, tr.num_actions
+    n, v = 6, tr.setup.num_actions
     key = jax.random.PRNGKey(3)
-    obs = jax.random.normal(key, (n,) + tr.obs_shape)
+    obs = jax.random.normal(key, (n,) + tr.setup.obs_shape)
     logits = jax.random.normal(jax.random.PRNGKey(4), (n, v))
     log_pi = jax.nn.log_softmax(logits)
     log_mu_all = samplers.sampler_log_probs(logits, samplers.SamplerSpec(top_k=4))
@@ -239,7 +239,7 @@ def test_trainer_loss_topk_equals_full_rows_on_support(runs):
                        log_mu_all=log_mu_all, log_pi_old_all=log_pi,
                        advantages=jnp.linspace(-1, 1, n), targets=jnp.zeros(n))
     params = jax.tree_util.tree_map(lambda x: x[0], final.actor_params)
-    grads = jax.jit(lambda p: [jax.grad(lambda q, t=t: t._actor_loss(q, mb)[0])(p)
+    grads = jax.jit(lambda p: [jax.grad(lambda q, t=t: losses.actor_loss(t.setup, t.values, q, mb)[0])(p)
                                for t in (tr, top_p, full)])(params)
     flat = [np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)]) for g in grads]
     np.testing.assert_allclose(flat[0], flat[2], atol=1e-6)

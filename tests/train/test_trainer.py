@@ -13,8 +13,11 @@ import pytest
 
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.estimators import importance
-from vccc_jax.train import checkpoint
+from vccc_jax.train import checkpoint, learner
+from vccc_jax.train import setup as setup_lib
+from vccc_jax.train import trainer as trainer_lib
 from vccc_jax.train.config import TrainConfig, parse_actor
+from vccc_jax.train.programs import ProgramCache, program_values
 from vccc_jax.train.targets import (
     CRITIC_TARGETS,
     TargetInputs,
@@ -87,15 +90,16 @@ def test_lag0_training_equals_on_policy_training(lagged_cfg, on_policy_cfg):
 
 @functools.lru_cache(maxsize=None)
 def _prepare(cfg: TrainConfig):
-    return jax.jit(Trainer(cfg).prepare)
+    tr = Trainer(cfg)
+    return jax.jit(functools.partial(learner.prepare, tr.setup, tr.values))
 
 
 @functools.lru_cache(maxsize=None)
 def _lag0_trajectory():
     tr = _trainer(RING0)
     state = jax.tree_util.tree_map(lambda x: x[0], _run(RING0)[0])  # trained: pi far from init
-    _, traj = jax.jit(functools.partial(rollout_lib.rollout, tr.env, tr.env_params,
-                                        tr.actor_logits, num_steps=64))(
+    _, traj = jax.jit(functools.partial(rollout_lib.rollout, tr.setup.env, tr.setup.env_params,
+                                        tr.setup.actor_logits, num_steps=64))(
         state.versions, state.env, jax.random.PRNGKey(5), lags=jnp.zeros((4,), jnp.int32))
     return state, traj
 
@@ -137,7 +141,7 @@ def test_lag0_ring_buffer_rollout_equals_synchronous_rollout_to_rounding():
     same maths up to float32 rounding (not bitwise), so the same actions are drawn."""
     state, _ = _lag0_trajectory()
     tr = _trainer(RING0)
-    roll = functools.partial(rollout_lib.rollout, tr.env, tr.env_params, tr.actor_logits,
+    roll = functools.partial(rollout_lib.rollout, tr.setup.env, tr.setup.env_params, tr.setup.actor_logits,
                              num_steps=32)
     _, ring = jax.jit(roll)(state.versions, state.env, jax.random.PRNGKey(5),
                             lags=jnp.zeros((4,), jnp.int32))
@@ -237,11 +241,11 @@ def _toy_traj(trainer: Trainer, key):
 def test_truncation_bootstraps_and_termination_does_not(critic):
     cfg = RING0.replace(critic=critic)
     tr = Trainer(cfg)
-    params = tr.critic_net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+    params = tr.setup.critic_net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
     params = jax.tree_util.tree_map(lambda x: 5.0 * x, params)  # make V clearly non-zero
     traj = _toy_traj(tr, jax.random.PRNGKey(1))
     prep = _prepare(cfg)(traj, params)
-    v = lambda o: tr.critic_values(params, o)  # noqa: E731
+    v = lambda o: tr.setup.critic_values(params, o)  # noqa: E731
     g, lam = cfg.gamma, cfg.gae_lambda
     x = prep.inputs.transitions
     np.testing.assert_allclose(x.discounts, np.where(traj.terminated, 0.0, g))
@@ -266,7 +270,7 @@ def test_truncation_bootstraps_and_termination_does_not(critic):
 
 
 def test_registry_accepts_comparators_with_the_shared_signature():
-    def half_td(x: TargetInputs, cfg: TrainConfig) -> TargetOutput:
+    def half_td(x: TargetInputs, cfg: TrainConfig, clip) -> TargetOutput:
         t = x.transitions
         y = t.rewards + t.discounts * t.next_values * 0.5
         return TargetOutput(y, y - t.values)
@@ -274,8 +278,8 @@ def test_registry_accepts_comparators_with_the_shared_signature():
     register_critic_target("test-half-td", half_td, overwrite=True)
     try:
         tr = Trainer(RING0.replace(critic="test-half-td"))
-        params = tr.critic_net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
-        prep = tr.prepare(_toy_traj(tr, jax.random.PRNGKey(1)), params)
+        params = tr.setup.critic_net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+        prep = learner.prepare(tr.setup, tr.values, _toy_traj(tr, jax.random.PRNGKey(1)), params)
         x = prep.inputs.transitions
         np.testing.assert_allclose(prep.targets, x.rewards + 0.5 * x.discounts * x.next_values)
         with pytest.raises(ValueError, match="already registered"):
@@ -336,37 +340,53 @@ SMALL = TrainConfig(num_envs=4, num_steps=8, num_minibatches=2, update_epochs=1,
 
 
 def test_cells_differing_only_in_values_share_one_compiled_program():
-    """Learning rates, clips and the lag law's parameter are traced: a second cell with
-    other values reuses the first cell's compiled program (no new compile), yet trains with
-    its own values (equal, to float32 rounding, to its own program with the values as
-    constants, and unlike the first cell)."""
+    """Learning rates, clips and the lag law's parameter are grid values (an argument of
+    the program): a second cell with other values reuses the first cell's compiled program
+    through a shared ProgramCache (no new compile), yet trains with its own values (equal,
+    to float32 rounding, to its own program with the values as constants, and unlike the
+    first cell)."""
     other = SMALL.replace(actor_lr=1e-2, critic_lr=3e-3, clip=1.0001, actor_clip=1.5,
                           lag="uniform:2")
-    a, b = Trainer(SMALL), Trainer(other)
-    assert a._train is b._train and a._init is b._init
+    cache = ProgramCache()
+    a, b = Trainer(SMALL, cache), Trainer(other, cache)
+    assert a.programs is b.programs and len(cache) == 1
+    assert Trainer(other).programs is not a.programs  # no cache: a program of its own
     _, ma = a.train(a.init())
-    compiled = a._train._cache_size()
+    compiled = a.programs.train._cache_size()
     _, mb = b.train(b.init())
-    assert a._train._cache_size() == compiled  # the second cell did not recompile
+    assert a.programs.train._cache_size() == compiled  # the second cell did not recompile
     ref_state = b.init()
-    _, ref = jax.jit(b._train_impl, static_argnums=2)(ref_state, jnp.int32(0), 3)
+    values = program_values(b.values)
+    _, ref = jax.jit(lambda s: trainer_lib.train_scan(b.setup, s, jnp.int32(0), 3, values))(
+        ref_state)
     mb, ma, ref = jax.device_get((mb, ma, ref))
     for k in ("actor_loss", "critic_loss", "lag_mean", "clip_frac", "target_mean", "return"):
         np.testing.assert_allclose(mb[k], ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
         if k != "return":  # (3 short updates: few finished episodes, equal returns possible)
             assert not np.allclose(mb[k], ma[k]), k
-    assert Trainer(SMALL.replace(seed=5))._train is a._train  # keys come from the state
-    assert Trainer(SMALL.replace(num_versions=4))._train is not a._train  # K is static
+    assert Trainer(SMALL.replace(seed=5), cache).programs is a.programs  # keys: in the state
+    assert Trainer(SMALL.replace(num_versions=4), cache).programs is not a.programs  # K static
+    assert len(cache) == 2
 
 
-def test_actor_table_row_clip_is_the_traced_actor_clip():
-    """A table row with a clip (seq_tis) reads actor_clip from the traced values, so cells
-    that share a program (actor_clip is traced) each weight with their own clip."""
-    a = Trainer(SMALL.replace(actor="seq_tis", actor_clip=1.5))
-    b = Trainer(SMALL.replace(actor="seq_tis", actor_clip=3.0))
-    assert a._train is b._train and a.actor_row_params["clip"] == np.float32(1.5)
-    with a.traced(b.values()):  # what the shared program sees when it runs cell b
-        assert float(a.actor_row_params["clip"]) == 3.0
+def test_program_cache_is_lru():
+    cache, built = ProgramCache(max_size=2), []
+    build = lambda k: lambda: built.append(k) or k  # noqa: E731
+    for k in ("a", "b", "a", "c", "b"):  # "c" evicts "b" (least recently used), not "a"
+        cache.get(k, build(k))
+    assert built == ["a", "b", "c", "b"] and "a" not in cache and len(cache) == 2
+
+
+def test_actor_table_row_clip_is_the_grid_actor_clip():
+    """A table row with a clip (seq_tis) reads actor_clip from the grid values, so cells
+    that share a program (actor_clip is a grid value) each weight with their own clip."""
+    cache = ProgramCache()
+    a = Trainer(SMALL.replace(actor="seq_tis", actor_clip=1.5), cache)
+    b = Trainer(SMALL.replace(actor="seq_tis", actor_clip=3.0), cache)
+    assert a.programs is b.programs
+    assert setup_lib.actor_row_params(a.setup, a.values)["clip"] == 1.5
+    # what the shared program sees when it runs cell b
+    assert float(setup_lib.actor_row_params(a.setup, program_values(b.values))["clip"]) == 3.0
 
 
 # -- chunked runs and checkpoints ---------------------------------------------------------

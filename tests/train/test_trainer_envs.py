@@ -8,7 +8,8 @@ import pytest
 from vccc_jax.envs import exact_truth as et
 from vccc_jax.envs import samplers, tabular_env
 from vccc_jax.envs.make import make_env
-from vccc_jax.train import exact_metrics
+from vccc_jax.train import exact_metrics, losses
+from vccc_jax.train import trainer as trainer_lib
 from vccc_jax.train.config import TrainConfig
 from vccc_jax.train.learner import Batch as _Batch
 from vccc_jax.train.learner import effective_advantages
@@ -49,7 +50,8 @@ def token_run():
     tr = Trainer(cfg)
     state = tr.init()
     one = jax.tree_util.tree_map(lambda x: x[0], state)
-    _, traj = jax.jit(lambda s: tr._rollout(s.actor_params, s.versions, s.env, s.key, 0))(one)
+    _, traj = jax.jit(lambda s: trainer_lib.rollout_step(tr.setup, tr.values, s.actor_params,
+                                                         s.versions, s.env, s.key, 0))(one)
     final, metrics = tr.train(state)
     return tr, one, traj, final, jax.device_get(metrics)
 
@@ -62,7 +64,7 @@ def test_token_tool_steps_have_ratio_one_and_own_discount(token_run):
     np.testing.assert_array_equal(log_pi[tool], np.asarray(traj.log_mu)[tool])  # log rho = 0 exactly
     disc = np.asarray(traj.discounts(0.5))  # the env's discounts win over the gamma argument
     live = tool & ~np.asarray(traj.terminated)
-    np.testing.assert_array_equal(disc[live], float(tr.env.task.tool_discount))
+    np.testing.assert_array_equal(disc[live], float(tr.setup.env.task.tool_discount))
     # sampler: top-4 of V=8 -> the behaviour row has exactly 4 finite entries on policy steps
     finite = np.isfinite(np.asarray(traj.log_mu_all)).sum(-1)
     assert (finite[~tool] <= 4).all() and (finite[tool] == 8).all()
@@ -70,9 +72,9 @@ def test_token_tool_steps_have_ratio_one_and_own_discount(token_run):
 
 def test_tool_steps_get_no_actor_gradient(token_run):
     tr, one, _, _, _ = token_run
-    n, v = 6, tr.num_actions
+    n, v = 6, tr.setup.num_actions
     key = jax.random.PRNGKey(0)
-    obs = jax.random.normal(key, (n,) + tr.obs_shape)
+    obs = jax.random.normal(key, (n,) + tr.setup.obs_shape)
     log_all = jax.nn.log_softmax(jax.random.normal(key, (n, v)), -1)
     act = jnp.arange(n) % v
     lp = jnp.take_along_axis(log_all, act[:, None], -1)[:, 0]
@@ -83,7 +85,7 @@ def test_tool_steps_get_no_actor_gradient(token_run):
     def loss(p, b):  # advantages as the learner feeds them (normalised, masked, rescaled)
         adv = effective_advantages(b.advantages[None], b.actor_w[None],
                                    tr.config.normalize_advantages)[0]
-        return tr._actor_loss(p, b._replace(advantages=adv))[0]
+        return losses.actor_loss(tr.setup, tr.values, p, b._replace(advantages=adv))[0]
 
     grad = jax.jit(jax.grad(loss))
     flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)])  # noqa: E731
@@ -116,24 +118,24 @@ def test_tabular_metrics_equal_direct_exact_truth():
     tr = Trainer(TrainConfig(env=TAB, gamma=0.9, lag="fixed:1", gt_every=1, total_timesteps=32,
                              actor="truncate", **SMALL))
     s = jax.tree_util.tree_map(lambda x: x[0], tr.init())
-    params = tr.env_params
+    params = tr.setup.env_params
     ids = jnp.array([0, 1, 1, 3, 4, 4, 4, 2])
     weights = jnp.array([0.25, 0.75])
 
     @jax.jit  # one compile for both sides (eager op-by-op is slow)
     def both(s):
-        stacked = exact_metrics.ring_params(s.actor_params, s.versions, tr.ring_size)
+        stacked = exact_metrics.ring_params(s.actor_params, s.versions, tr.setup.ring_size)
         m = exact_metrics.tabular_metrics(
-            params, tr.actor_logits, tr.critic_values, s.actor_params, s.critic_params, stacked,
-            tr.log_mu_fn, weights, ids, jnp.ones(8), kind="truncate", clip=2.0, centred=False)
+            params, tr.setup.actor_logits, tr.setup.critic_values, s.actor_params, s.critic_params, stacked,
+            tr.setup.log_mu_fn, weights, ids, jnp.ones(8), kind="truncate", clip=2.0, centred=False)
         table = params.obs_table
         mdp = tabular_env.params_mdp(params)
-        truth = et.version_truth(mdp, et.policy_log_probs(tr.actor_logits, s.actor_params, table),
-                                 et.ring_log_probs(tr.actor_logits, s.versions, table), weights)
+        truth = et.version_truth(mdp, et.policy_log_probs(tr.setup.actor_logits, s.actor_params, table),
+                                 et.ring_log_probs(tr.setup.actor_logits, s.versions, table), weights)
         d = et.empirical_state_weights(ids, table.shape[0])
-        v = tr.critic_values(s.critic_params, table)
+        v = tr.setup.critic_values(s.critic_params, table)
         errs = et.critic_errors(v, truth, d)
-        grads = et.actor_update_truth(tr.actor_logits, s.actor_params, table, mdp, truth, v,
+        grads = et.actor_update_truth(tr.setup.actor_logits, s.actor_params, table, mdp, truth, v,
                                       kind="truncate", clip=2.0)
         return m, errs, et.gradient_bias(grads.expected, grads.eq12).bias_norm
 
@@ -147,7 +149,7 @@ def test_tabular_metrics_equal_direct_exact_truth():
 def test_sampler_spec_log_probs_match_samplers():
     tr = Trainer(TrainConfig(env=TAB, gamma=0.9, sampler="temp=0.5,k=2", total_timesteps=32, **SMALL))
     z = jnp.array([[0.3, -1.0, 2.0]])
-    np.testing.assert_array_equal(tr.log_mu_fn(z), samplers.sampler_log_probs(z, tr.sampler))
+    np.testing.assert_array_equal(tr.setup.log_mu_fn(z), samplers.sampler_log_probs(z, tr.setup.sampler))
 
 
 def test_actor_table_rows_in_the_learner(token_run):
@@ -156,16 +158,16 @@ def test_actor_table_rows_in_the_learner(token_run):
     formula of the row: CISPO reads the CURRENT policy (no trust region), IcePop pi_old (x the
     PPO ratio pi_theta / pi_old, inside its clip here), a per-update row (GSPO) the batch's
     precomputed ``actor_weight``."""
-    import copy
+    import dataclasses
 
     from vccc_jax.train import actor_weights
 
     tr, one, _, _, _ = token_run
-    n, v = 8, tr.num_actions
+    n, v = 8, tr.setup.num_actions
     k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(3), 4)
-    obs = jax.random.normal(k1, (n,) + tr.obs_shape)
+    obs = jax.random.normal(k1, (n,) + tr.setup.obs_shape)
     act = jnp.arange(n) % v
-    log_all = jax.nn.log_softmax(tr.actor_logits(one.actor_params, obs), -1)
+    log_all = jax.nn.log_softmax(tr.setup.actor_logits(one.actor_params, obs), -1)
     lp = jnp.take_along_axis(log_all, act[:, None], -1)[:, 0]
     lp_old = jnp.minimum(lp + 0.05 * jax.random.normal(k2, (n,)), 0.0)  # r = pi / pi_old in the clip
     lmu = jnp.minimum(lp + 0.8 * jax.random.normal(k3, (n,)), 0.0)
@@ -177,10 +179,9 @@ def test_actor_table_rows_in_the_learner(token_run):
                 critic_w=jnp.ones(n), actor_w=m)
 
     def learner(name, params):
-        t = copy.copy(tr)
-        t.actor_row, t.actor_row_params = actor_weights.resolve(name, params, 2.0)
-        t.actor_kind, t.centered = t.actor_row.name, False
-        return t
+        row, row_params = actor_weights.resolve(name, params, 2.0)
+        return dataclasses.replace(tr.setup, actor_row=row, row_params=row_params,
+                                   actor_kind=row.name, centered=False)
 
     rows = {"cispo": (learner("cispo", "eps_low=0.2,eps_high=0.3"), mb),
             "icepop": (learner("icepop", "alpha=0.7,beta=1.4"), mb),
@@ -196,14 +197,14 @@ def test_actor_table_rows_in_the_learner(token_run):
     assert (w["icepop"] == 0).any() and (w["icepop"] > 0).any() and (w["cispo"] != rho_cur).any()
 
     def reference(p, name):  # d/dp of -(1/sum m) sum w A_n m (pi_p / pi_old or log pi_p)
-        lpp = jnp.take_along_axis(jax.nn.log_softmax(tr.actor_logits(p, obs), -1),
+        lpp = jnp.take_along_axis(jax.nn.log_softmax(tr.setup.actor_logits(p, obs), -1),
                                   act[:, None], -1)[:, 0]
         ratio = jnp.exp(lpp - lp_old) if name == "icepop" else lpp
         return -jnp.sum(jnp.asarray(w[name]) * ratio * a_n * mn) / mn.sum()
 
     def loss(p, t, b):  # advantages as the learner feeds them (normalised, masked, rescaled)
         eff = effective_advantages(b.advantages[None], b.actor_w[None], True)[0]
-        return t._actor_loss(p, b._replace(advantages=eff))[0]
+        return losses.actor_loss(t, tr.values, p, b._replace(advantages=eff))[0]
 
     grads = jax.jit(lambda p: {k: (jax.grad(loss)(p, t, b), jax.grad(reference)(p, k))
                                for k, (t, b) in rows.items()})(one.actor_params)

@@ -84,7 +84,7 @@ def replay_run():
 
 def test_replay_lags_and_learned_baseline(replay_run):
     tr, _, m = replay_run
-    assert tr.ring_size == 4  # K = 2 plus the 2 replayed versions (exact truth)
+    assert tr.setup.ring_size == 4  # K = 2 plus the 2 replayed versions (exact truth)
     counts = m["count_by_lag"][:, 0]  # [updates, K + R]
     assert counts.shape == (6, 4)
     assert counts[-1, 3] > 0 and counts[-1, 2] > 0  # replayed data: lags 2 and 3

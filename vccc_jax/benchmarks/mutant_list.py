@@ -72,8 +72,8 @@ MUTANTS = (
            "hops = (jnp.asarray(step, jnp.int32) // every) * stride",
            "hops = ((jnp.asarray(step, jnp.int32) + 1) // every) * stride",
            "mid-rollout switches one step early", "issue 27"),
-    Mutant("sharded-scan-offset", "vccc_jax/train/sharding.py",
-           "s, m = update(s, start + i)", "s, m = update(s, i)",
+    Mutant("sharded-scan-offset", "vccc_jax/train/trainer.py",
+           "s, m = update(setup, values, s, start + i)", "s, m = update(setup, values, s, i)",
            "chunked / resumed runs replay the lag-law and ground-truth cadence from 0",
            "issue 27"),
     # ---------------------------------------------------------------- added here: train/

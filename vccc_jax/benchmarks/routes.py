@@ -94,21 +94,23 @@ class _Prepared(NamedTuple):
 def prepare_route(route: str, updates: int, seeds: int = 1, **overrides) -> _Prepared:
     """Compile one route's whole training function; its memory and state accounting."""
     from vccc_jax.estimators.related import decoupled as dec
-    from vccc_jax.train.trainer import Trainer
+    from vccc_jax.train.programs import program_values
+    from vccc_jax.train.trainer import Trainer, train_scan
 
     cfg = config(route, updates, seeds, **overrides)
     trainer = Trainer(cfg)
     state = trainer.init()
     n = trainer.num_updates
+    values = program_values(trainer.values)  # constants of this program
 
     def run(s):
-        return trainer._train_impl(s, jnp.asarray(0, jnp.int32), n)
+        return train_scan(trainer.setup, s, jnp.asarray(0, jnp.int32), n, values)
 
     compiled, compile_s = train_bench._compile(run, (state,))
     mem = compiled.memory_analysis()
     one_seed = jax.tree_util.tree_map(lambda x: x[0], state.actor_params)
     num_params = int(sum(x.size for x in jax.tree_util.tree_leaves(one_seed)))
-    max_lag = trainer.num_versions - 1
+    max_lag = trainer.setup.num_versions - 1
     cost = (dec.route_cost(route, num_params=num_params, max_lag=max_lag)
             if route != "off" else dict(param_copies=0, extra_params=0))
     bytes_per_param = _bytes(one_seed) // max(num_params, 1)

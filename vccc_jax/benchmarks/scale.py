@@ -75,7 +75,7 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 def _loop_label(line: str) -> str:
     """``name:trip`` of a while instruction: the source scope that made the loop (the
-    op_name element before its last ``/while``, e.g. ``rollout``, ``Trainer._epochs``)
+    op_name element before its last ``/while``, e.g. ``rollout``, ``epochs``)
     and its trip count (``?`` unknown)."""
     trip = _TRIP.search(line)
     op = _OP_NAME.search(line)
@@ -112,8 +112,8 @@ def collectives_by_loop(hlo_text: str) -> dict:
     Keys: tuples of the enclosing loops, outermost first, each ``scope:trip`` (the source
     scope that made the loop and its trip count, :func:`_loop_label`); ``()`` is
     straight-line code. A computation reached through several loop nests counts once in
-    each. In the trainer's step: ``("_train_impl:U",)`` is the per-update body, a
-    ``rollout:T`` loop inside it the per-env-step loop, ``Trainer._epochs`` / minibatch
+    each. In the trainer's step: ``("train_scan:U",)`` is the per-update body, a
+    ``rollout:T`` loop inside it the per-env-step loop, ``epochs`` / minibatch
     loops the learner's.
     """
     comps, entry = _computations(hlo_text)

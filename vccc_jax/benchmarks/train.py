@@ -315,15 +315,17 @@ def prepare_trainer(name: str, seeds: int, timesteps: int, warm: bool = True,
                     **overrides) -> Prepared:
     """Our trainer (``TrainConfig`` fields in ``overrides``); ``warm``: also measure the
     warm compile (:func:`compile_cold_warm`)."""
-    from vccc_jax.train.trainer import TrainConfig, Trainer
+    from vccc_jax.train.programs import program_values
+    from vccc_jax.train.trainer import TrainConfig, Trainer, train_scan
 
     cfg = TrainConfig(total_timesteps=timesteps, num_seeds=seeds, **overrides)
     trainer = Trainer(cfg)
     state = trainer.init()
     n = trainer.num_updates
+    values = program_values(trainer.values)  # constants of this program
 
     def run(s):
-        return trainer._train_impl(s, jnp.asarray(0, jnp.int32), n)
+        return train_scan(trainer.setup, s, jnp.asarray(0, jnp.int32), n, values)
 
     compiled, compile_s, warm_s = compile_cold_warm(run, (state,)) if warm else (
         *_compile(run, (state,)), None)

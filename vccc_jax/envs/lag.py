@@ -221,7 +221,7 @@ class LagLaw:
 
     def logits(self, num_versions: int) -> np.ndarray:
         """log pmf (float32 [K], -inf off the support): what :func:`sample_from_logits` draws
-        from. A traced input of the trainer's program (``train.trainer.program_values``), so
+        from. A traced input of the trainer's program (``train.programs.GridValues``), so
         runs that differ only in the law's parameter share one compiled program."""
         pmf = self.pmf(num_versions)
         return np.where(pmf > 0, np.log(np.maximum(pmf, 1e-300)), -np.inf).astype(np.float32)

@@ -240,7 +240,8 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
             checkpoint_seconds: float = 0.0, resume: bool = False, quiet: bool = False,
             mesh=None, fsdp: bool = False, keep: int = 3,
             stop: Optional[Callable[[], bool]] = None,
-            command: Optional[list[str]] = None, track: str = "none") -> tuple[dict, list[dict]]:
+            command: Optional[list[str]] = None, track: str = "none",
+            programs=None) -> tuple[dict, list[dict]]:
     """Train one configuration (all its seeds) over ``mesh`` and write the run directory.
 
     ``mesh``: a ``train.sharding`` mesh (None: all devices, ``(n, 1)``); every process of a
@@ -257,6 +258,8 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     ``track``: a ``runs.tracking`` spec (``tensorboard``: event files in ``<out>/tensorboard``;
     ``wandb``: an offline W&B run in ``<out>/wandb``; the mean over seeds of every metric at
     each update, stepped by env steps).
+    ``programs``: a ``train.programs.ProgramCache`` shared with other runs (a grid's cells
+    that differ only in grid values then share one compiled program); None: its own.
     Returns (summary, tidy rows); the caller draws figures (``plotting.train``)."""
 
     from vccc_jax.train import checkpoint as ck
@@ -268,7 +271,7 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     if main:
         out.mkdir(parents=True, exist_ok=True)
     st = sh.ShardedTrainer(Trainer(cfg), mesh if mesh is not None else sh.make_mesh(),
-                           fsdp=fsdp)
+                           fsdp=fsdp, cache=programs)
     trainer = st.trainer
     total = trainer.num_updates
     mngr = ck.manager(out / "checkpoint", keep=keep)
@@ -320,9 +323,9 @@ def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoin
         size = int(meta.get("chunk", size))
     if main:
         record = {"config": cfg.to_dict(), "num_updates": total,
-                  "num_versions": trainer.num_versions,
-                  "mean_lag_law": cfg.lag_law.mean(trainer.num_versions),
-                  "gt_horizon": trainer.gt_horizon, "devices": st.mesh.devices.size,
+                  "num_versions": trainer.setup.num_versions,
+                  "mean_lag_law": cfg.lag_law.mean(trainer.setup.num_versions),
+                  "gt_horizon": trainer.setup.gt_horizon, "devices": st.mesh.devices.size,
                   "mesh": dict(st.mesh.shape), "fsdp": fsdp, "processes": jax.process_count(),
                   "provenance": provenance(command)}
         if start:  # a resumed run keeps what started it; each resume adds its provenance
@@ -395,9 +398,13 @@ def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = Fa
     (written by process 0; :mod:`runs.distributed`); ``on_cell(i, n, cfg)`` is called
     before a cell is computed. A cell checkpoints as :func:`run_one` does into its own
     directory ``<out>/<name>/<cell id>/`` and a rerun resumes a cell left half done.
+    The cells share one ``train.programs.ProgramCache``: cells that differ only in grid
+    values (learning rates, clips, the lag law's parameter, seed) compile once.
     Returns ``[{"config", "summary"}]`` in cell order."""
+    from vccc_jax.train.programs import ProgramCache
+
     store_path = out / f"{name}.jsonl"
-    results = []
+    results, programs = [], ProgramCache()
     with open_store(store_path) as store:
         ids = [cell_id(cfg.to_dict()) for cfg in cells]
         todo = agree([store.owns(cid) and not store.has(cid) for cid in ids])
@@ -414,7 +421,8 @@ def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = Fa
             # a cell a killed run left half done
             summary, _ = run_one(cfg, out / name / cid, quiet=quiet, mesh=mesh, fsdp=fsdp,
                                  resume=True, checkpoint_every=checkpoint_every,
-                                 checkpoint_seconds=checkpoint_seconds, stop=stop)
+                                 checkpoint_seconds=checkpoint_seconds, stop=stop,
+                                 programs=programs)
             store.append({"id": cid, "cell": cell, "metrics": summary,
                           "meta": {"seconds": time.time() - t0, **provenance()}})
             results.append({"config": cell, "summary": summary})

@@ -187,7 +187,7 @@ class ContinuousTrainer:
                                     values=values, next_values=next_values, log_rhos=log_rhos),
             truncated=traj["trunc"], log_mu_all=dummy, log_pi_all=dummy,
             baseline=values if cfg.baseline == "value" else jnp.zeros_like(values))
-        out = self.target_fn(inputs, cfg)
+        out = self.target_fn(inputs, cfg, cfg.clip)
         adv = out.advantages if cfg.advantage == "target" else gae_advantages(inputs, cfg.gae_lambda)
         log_mu = traj["log_pi_old"] if not cfg.correct else traj["log_mu"]
         return jax.lax.stop_gradient(out.targets), jax.lax.stop_gradient(adv), log_mu, log_rhos

@@ -5,12 +5,12 @@ experiments/decoupled_routes.toml``) measures the routes in closed form; this mo
 them SAMPLED, on the trainer's own batches (gymnax envs with an inference-mismatch sampler,
 ``envs.samplers``), against the exact route as the reference.
 
-Per update (every ``gt_every`` updates, :meth:`Trainer._route_metrics`), at the
+Per update (every ``gt_every`` updates, :func:`route_diagnostics`), at the
 start-of-update actor params theta_k and on the update's batch with its advantages:
 
 * the batch is split into ``num_minibatches`` FIXED contiguous minibatches (rows in the
   learner's flattened [T * B] order, no shuffling) and the actor-loss gradient g_m is taken
-  per minibatch (``Learner._actor_loss``: w(pi_old / mu) x PPO-clip(pi_theta / pi_old), the
+  per minibatch (``losses.actor_loss``: w(pi_old / mu) x PPO-clip(pi_theta / pi_old), the
   decoupled objective of the related-work abstract; write-up Eq 13 notation), once with
   pi_old from the configured route and once with the exact route's pi_old (the
   training-side log-probs of each token's behaviour version);
@@ -39,11 +39,15 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from vccc_jax.estimators.related import decoupled as dec
+from vccc_jax.train.learner import effective_advantages, flat_rows
+from vccc_jax.train.losses import Batch, actor_loss
+from vccc_jax.train.programs import GridValues
+from vccc_jax.train.setup import Setup
 
 Array = chex.Array
 
-__all__ = ["ROUTE_METRICS", "RouteDiagnostics", "fire_rates", "fixed_minibatches", "grad_stats",
-           "minibatch_grads", "nan_metrics", "route_vs_exact"]
+__all__ = ["ROUTE_METRICS", "fire_rates", "fixed_minibatches", "fixed_rows", "grad_stats",
+           "minibatch_grads", "nan_metrics", "route_diagnostics", "route_vs_exact"]
 
 ROUTE_METRICS = ("route_grad_rel_bias", "route_grad_cos", "route_grad_rel_var",
                  "exact_grad_rel_var", "route_ppo_clip_frac", "route_w_clip_frac",
@@ -111,7 +115,7 @@ def route_vs_exact(loss_fn: Callable, params, batch, exact_batch, log_pi: Array,
                    ppo_epsilon: Optional[float]) -> dict:
     """Every metric of ``ROUTE_METRICS`` (float32) for one update.
 
-    ``loss_fn(params, minibatch)``: the actor loss (``Learner._actor_loss``'s first output);
+    ``loss_fn(params, minibatch)``: the actor loss (``losses.actor_loss``'s first output);
     ``batch`` / ``exact_batch``: the learner's rows ([n, ...], fields ``log_pi_old``,
     ``log_mu``, ``actor_w``) with pi_old from the route / from the exact route; ``log_pi``:
     log pi_theta(a_t|s_t) at ``params`` [n] (the PPO ratio's numerator at the start of the
@@ -128,36 +132,46 @@ def route_vs_exact(loss_fn: Callable, params, batch, exact_batch, log_pi: Array,
     return {k: out[k].astype(jnp.float32) for k in ROUTE_METRICS}
 
 
-class RouteDiagnostics:
-    """Mixin of :class:`vccc_jax.train.trainer.Trainer`: the route diagnostics above, wired
-    into the update (needs ``config``, ``route_diag``, ``actor_kind`` and ``_actor_loss``)."""
+def fixed_rows(setup: Setup, batch: Batch) -> Batch:
+    """The [T B] time-major rows the route diagnostics split into ``num_minibatches``
+    fixed contiguous minibatches, advantages as the actor loss takes them on each
+    (``losses.effective_advantages``)."""
+    rows = flat_rows(batch)
+    m = setup.cfg.num_minibatches
+    per_mb = lambda x: None if x is None else x.reshape((m, -1))  # noqa: E731
+    adv = effective_advantages(per_mb(rows.advantages), per_mb(rows.actor_w),
+                               setup.cfg.normalize_advantages)
+    return rows._replace(advantages=adv.reshape(-1))
 
-    def _route_metrics(self, state, ltraj, prep, batch, idx: Array) -> dict:
-        """Sampled bias / variance of the actor update under the configured pi_old route vs
-        the exact route, and the PPO-clip / discrepancy-threshold fire rates of both
-        (``train.route_metrics``; names ``route_metrics.ROUTE_METRICS``), every ``gt_every``
-        updates inside a real ``lax.cond`` (NaN off-cycle and with ``gt_every=0``, so speed
-        runs pay nothing), at the start-of-update actor params on the update's batch with
-        its (start-of-update) advantages, over ``num_minibatches`` fixed minibatches.
 
-        Actor side only: the critic target uses pi_k / mu whatever the route (the exact
-        tabular study, ``experiments/decoupled_routes.toml``, covers the critic side)."""
-        cfg = self.config
-        if not self.route_diag:
-            return nan_metrics()
-        n = batch.obs.shape[0]
-        exact, exact_all = dec.route_log_pi_old(
-            "exact", ltraj.action, log_pi_all=ltraj.log_pi_all,
-            log_mu_all=prep.inputs.log_mu_all, behaviour_log_pi_all=ltraj.log_b_all)
-        exact_batch = batch._replace(log_pi_old=exact.reshape(n),
-                                     log_pi_old_all=exact_all.reshape((n, -1)))
+def route_diagnostics(setup: Setup, values: GridValues, actor_params, ltraj, prep,
+                      batch: Batch, idx: Array) -> dict:
+    """Sampled bias / variance of the actor update under the configured pi_old route vs
+    the exact route, and the PPO-clip / discrepancy-threshold fire rates of both
+    (names ``ROUTE_METRICS``), every ``gt_every`` updates inside a real ``lax.cond`` (NaN
+    off-cycle and with ``gt_every=0``, so speed runs pay nothing), at the start-of-update
+    ``actor_params`` on the update's learner ``batch`` [T, B] with its (start-of-update)
+    advantages, over ``num_minibatches`` fixed minibatches (:func:`fixed_rows`).
 
-        def compute(_):
-            return route_vs_exact(
-                lambda p, mb: self._actor_loss(p, mb)[0], state.actor_params, batch,
-                exact_batch, prep.log_pi_old.reshape(n), cfg.num_minibatches,
-                same=cfg.pi_old_route == "exact", kind=self.actor_kind, clip=cfg.actor_clip,
-                ppo_epsilon=cfg.ppo_epsilon)
+    Actor side only: the critic target uses pi_k / mu whatever the route (the exact
+    tabular study, ``experiments/decoupled_routes.toml``, covers the critic side)."""
+    cfg = setup.cfg
+    if not setup.route_diag:
+        return nan_metrics()
+    batch = fixed_rows(setup, batch)
+    n = batch.obs.shape[0]
+    exact, exact_all = dec.route_log_pi_old(
+        "exact", ltraj.action, log_pi_all=ltraj.log_pi_all,
+        log_mu_all=prep.inputs.log_mu_all, behaviour_log_pi_all=ltraj.log_b_all)
+    exact_batch = batch._replace(log_pi_old=exact.reshape(n),
+                                 log_pi_old_all=exact_all.reshape((n, -1)))
 
-        return jax.lax.cond((idx + 1) % cfg.gt_every == 0, compute,
-                            lambda _: nan_metrics(), None)
+    def compute(_):
+        return route_vs_exact(
+            lambda p, mb: actor_loss(setup, values, p, mb)[0], actor_params, batch,
+            exact_batch, prep.log_pi_old.reshape(n), cfg.num_minibatches,
+            same=cfg.pi_old_route == "exact", kind=setup.actor_kind, clip=values.actor_clip,
+            ppo_epsilon=cfg.ppo_epsilon)
+
+    return jax.lax.cond((idx + 1) % cfg.gt_every == 0, compute,
+                        lambda _: nan_metrics(), None)

@@ -9,7 +9,7 @@ on one mesh):
   way to use many devices for many seeds); ``num_seeds`` must be a multiple of its size;
 * on ``"data"``: everything with an env axis — env states, observations, running episode
   statistics (the ``TrainState.env`` carry), and inside the step the trajectories (the
-  Trainer's ``constrain`` hook pins them to P(None, "data")) and every learner minibatch
+  ``constrain`` hook of ``train.setup.Setup`` pins them to P(None, "data")) and every learner minibatch
   (P("data")). Per-env quantities stay on the env axis with their env: the rollout runs the
   actor once per version on the whole local batch (``envs.rollout.versioned_logits``), so
   NOTHING is communicated inside the env-step loop, and learner minibatches shuffle each
@@ -22,16 +22,16 @@ on one mesh):
 * the version ring (``lag.VersionBuffer``) replicated while small (``ring="auto"``: under
   ``RING_REPLICATE_BYTES``), otherwise sharded like the params; the versions a rollout acts
   with (``lag.VersionTable``, V rows) are replicated once per update, before the env loop;
-* seed keys, counters: on "seed" with their seed; the update index and traced values
-  (``trainer.program_values``) replicated.
+* seed keys, counters: on "seed" with their seed; the update index and the grid values
+  (``train.programs.GridValues``) replicated.
 
-The step is ``jax.jit(..., in_shardings, out_shardings, donate_argnums=0)`` around a scan of
-``Trainer.update``; the state is pinned to its sharding with
-``jax.lax.with_sharding_constraint`` at every update; gradients are reduced by the
+The step is ``jax.jit(..., in_shardings, out_shardings, donate_argnums=0)`` around
+``trainer.train_scan`` (a scan of ``trainer.update``); the state is pinned to its sharding
+with ``jax.lax.with_sharding_constraint`` after every update; gradients are reduced by the
 collectives the compiler derives from these shardings (no hand-written psum). Initial
 states are created inside jit with ``out_shardings`` so arrays spanning processes are never
-assembled on one host. Trainers whose configs differ only in traced values share one
-ShardedTrainer program per mesh.
+assembled on one host. ShardedTrainers whose configs differ only in grid values share one
+program per mesh and layout through a ``train.programs.ProgramCache``.
 
 Randomness does not depend on the device count: ``rollout.reset`` and ``rollout.rollout``
 already split keys per env (``jax.random.split(key, num_envs)``), lags are drawn for
@@ -42,15 +42,20 @@ unsharded ones.
 
 from __future__ import annotations
 
-import collections
-import copy
+import dataclasses
+import functools
 import os
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+# (train.trainer / train.programs are imported where used: this module also starts
+# jax.distributed, which must run before gymnax initialises a backend)
+if TYPE_CHECKING:
+    from vccc_jax.train.programs import ProgramCache
 
 DATA, SEED = "data", "seed"
 AXES = (DATA, SEED)
@@ -237,7 +242,7 @@ def check_divisible(num_envs: int, mesh: Mesh, num_seeds: Optional[int] = None) 
 
 
 def learner_constrain(mesh: Mesh, minibatch_size: Optional[int] = None):
-    """The ``Trainer(constrain=...)`` hook: pins the rollout ("traj", leaves [T, B, ...]) to
+    """The ``Setup.constrain`` hook: pins the rollout ("traj", leaves [T, B, ...]) to
     P(None, "data"), every minibatch ("minibatch", leaves [mb, ...]) to P("data") and the
     versions the rollout acts with ("rollout_actor") to replicated (gathered once per update,
     before the env-step loop), so the learner's forward/backward runs split over "data" and
@@ -277,103 +282,53 @@ def _named(mesh: Mesh, specs: Any) -> Any:
 # --------------------------------------------------------------------------------------
 
 
-# ShardedTrainers whose compiled programs later ones of the same program key reuse
-_PROGRAMS: "collections.OrderedDict[Any, ShardedTrainer]" = collections.OrderedDict()
-_MAX_PROGRAMS = 16
-
-
 class ShardedTrainer:
     """A :class:`~vccc_jax.train.trainer.Trainer` run over ``mesh``.
 
     ``init()`` builds the sharded initial states inside jit; ``train(state, n, start)``
     runs ``n`` updates of every seed in one jitted, donated call and returns (state,
-    metrics) like ``Trainer.train`` (metrics [n, num_seeds, ...], replicated). The traced
-    values (``trainer.program_values``: learning rates, clips, the lag law's parameter) are
-    an argument of the program, so ShardedTrainers whose configs differ only in them (grid
-    cells) share one compiled program.
+    metrics) like ``Trainer.train`` (metrics [n, num_seeds, ...], replicated). The grid
+    values (``train.programs.GridValues``: learning rates, clips, the lag law's parameter)
+    are an argument of the program, so ShardedTrainers whose configs differ only in them
+    (grid cells) share one compiled program through ``cache`` (a
+    ``train.programs.ProgramCache``, key ``(program_key, mesh, fsdp, ring,
+    split_learner)``); without one each compiles its own.
     """
 
     def __init__(self, trainer: Any, mesh: Mesh, *, fsdp: bool = False, ring: str = "auto",
-                 split_learner: bool = True):
+                 split_learner: bool = True, cache: Optional[ProgramCache] = None):
+        from vccc_jax.train.programs import program_values
+
         self.config = cfg = trainer.config
         self.mesh = mesh
-        self.values = trainer.values
-        if split_learner and hasattr(trainer, "constrain"):
-            # a shallow copy with the learner hook: the caller's Trainer stays unconstrained
-            trainer = copy.copy(trainer)
-            trainer.constrain = learner_constrain(mesh, cfg.minibatch_size)
+        self.values = program_values(trainer.values)  # the programs' argument
         self.trainer = trainer
         check_divisible(cfg.num_envs, mesh, cfg.num_seeds)
         self.fsdp, self.ring = fsdp, ring
         self.num_seeds = cfg.num_seeds
         self.keys = trainer.seed_keys
-        key = getattr(trainer, "program_key", None)
-        key = None if key is None else (key, mesh, fsdp, ring, split_learner)
-        template = _PROGRAMS.get(key) if key is not None else None
-        if template is not None:
-            _PROGRAMS.move_to_end(key)
-            for name in ("abstract_state", "specs", "shardings", "replicated",
-                         "_inner_shardings", "_init", "_train"):
-                setattr(self, name, getattr(template, name))
-            return
-        self.abstract_state = jax.eval_shape(
-            lambda: trainer._init_impl(trainer.seed_keys(), trainer.values()))
-        data = mesh.shape[DATA]
-        self.specs = state_specs(self.abstract_state, data, seed_axis=True, fsdp=fsdp, ring=ring)
-        self.shardings = _named(mesh, self.specs)
-        self.replicated = NamedSharding(mesh, P())
-        inner = self.specs if cfg.num_seeds > 1 else state_specs(
-            jax.eval_shape(lambda s: jax.tree_util.tree_map(lambda x: x[0], s),
-                           self.abstract_state), data, seed_axis=False, fsdp=fsdp, ring=ring)
-        self._inner_shardings = _named(mesh, inner)
-        self._init = jax.jit(trainer._init_impl, out_shardings=self.shardings)
-        self._train = jax.jit(self._train_impl, static_argnums=(2,),
-                              in_shardings=(self.shardings, self.replicated, self.replicated),
-                              out_shardings=(self.shardings, self.replicated),
-                              donate_argnums=(0,))
-        if key is not None:
-            _PROGRAMS[key] = self
-            while len(_PROGRAMS) > _MAX_PROGRAMS:
-                _PROGRAMS.popitem(last=False)
+        # the learner hook on a copy of the static pieces: the caller's Trainer is unchanged
+        setup = dataclasses.replace(
+            trainer.setup, spmd_axis=SEED,
+            constrain=(learner_constrain(mesh, cfg.minibatch_size) if split_learner
+                       else trainer.setup.constrain))
+        key = (setup.cfg, mesh, fsdp, ring, split_learner)
+        build = functools.partial(_ShardedPrograms, setup, mesh, self, fsdp, ring)
+        programs = build() if cache is None else cache.get(key, build)
+        self.setup = programs.setup
+        for name in ("abstract_state", "specs", "shardings", "replicated", "_init", "_train"):
+            setattr(self, name, getattr(programs, name))
 
     # -- pieces ------------------------------------------------------------------------
     def init(self) -> Any:
         """Initial states of all seeds, created sharded (never assembled on one host)."""
-        return self._init(self.keys(), self.values())
+        return self._init(self.keys(), self.values)
 
     def abstract(self) -> Any:
         """ShapeDtypeStructs carrying this mesh's shardings (restore targets)."""
         return jax.tree_util.tree_map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
             self.abstract_state, self.shardings)
-
-    def _constrain(self, state):
-        return jax.lax.with_sharding_constraint(state, self._inner_shardings)
-
-    def _train_impl(self, states, start, num_updates: int, values):
-        with self.trainer.traced(values):
-            return self._train_scan(states, start, num_updates)
-
-    def _train_scan(self, states, start, num_updates: int):
-        steps = jnp.arange(num_updates, dtype=jnp.int32)
-        update = self.trainer.update
-        if self.num_seeds == 1:  # unbatched, as Trainer.train does (same numbers)
-            one = self._constrain(jax.tree_util.tree_map(lambda x: x[0], states))
-
-            def body(s, i):
-                s, m = update(s, start + i)
-                return self._constrain(s), m
-
-            final, metrics = jax.lax.scan(body, one, steps)
-            expand = lambda t, axis: jax.tree_util.tree_map(  # noqa: E731
-                lambda x: jnp.expand_dims(x, axis), t)
-            return expand(final, 0), expand(metrics, 1)
-
-        def body_v(s, i):
-            s, m = jax.vmap(update, in_axes=(0, None), spmd_axis_name=SEED)(s, start + i)
-            return self._constrain(s), m
-
-        return jax.lax.scan(body_v, self._constrain(states), steps)
 
     # -- running -----------------------------------------------------------------------
     def train(self, states: Any, num_updates: int, start: Optional[int] = None):
@@ -386,32 +341,63 @@ class ShardedTrainer:
                 jax.tree_util.tree_leaves(states.update)[0].addressable_shards[0].data)
                 .reshape(-1)[0])
         return self._train(states, jnp.asarray(start, jnp.int32), int(num_updates),
-                           self.values())
+                           self.values)
 
     def lower(self, num_updates: int):
         """AOT: the lowered step on abstract sharded inputs (``.compile()`` it to time it)."""
-        values = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                        self.values())
+        from vccc_jax.train.programs import abstract_values
+
         return self._train.lower(self.abstract(), jax.ShapeDtypeStruct((), jnp.int32),
-                                 int(num_updates), values)
+                                 int(num_updates), abstract_values(self.values))
 
     def rollout_fn(self):
         """A jitted first-rollout probe: (state) -> (env carry, Trajectory) of seed 0.
 
-        Runs exactly the rollout ``Trainer.update`` starts with (same key split, this
+        Runs exactly the rollout ``trainer.update`` starts with (same key split, this
         config's values), with the env axis on "data"; tests compare it across meshes.
         """
-        tr = self.trainer
+        from vccc_jax.train import trainer as trainer_lib
+
+        setup, values = self.setup, self.values
 
         def probe(states):
             s = jax.tree_util.tree_map(lambda x: x[0], states)
             _, k_lag, k_roll, _, _ = jax.random.split(s.key, 5)
-            return tr._rollout(s.actor_params, s.versions, s.env, k_roll, s.update, k_lag)
+            return trainer_lib.rollout_step(setup, values, s.actor_params, s.versions, s.env,
+                                            k_roll, s.update, k_lag)
 
         data_first = NamedSharding(self.mesh, P(DATA))
         traj_sh = NamedSharding(self.mesh, P(None, DATA))
         return jax.jit(probe, in_shardings=(self.shardings,),
                        out_shardings=(data_first, traj_sh))
+
+
+class _ShardedPrograms:
+    """The shardings and compiled programs of one (program key, mesh, layout)."""
+
+    def __init__(self, setup, mesh: Mesh, sharded: ShardedTrainer, fsdp: bool, ring: str):
+        from vccc_jax.train import trainer as trainer_lib
+
+        self.setup = setup
+        cfg = setup.cfg
+        self.abstract_state = jax.eval_shape(
+            lambda: trainer_lib.init_states(setup, sharded.keys(), sharded.values))
+        data = mesh.shape[DATA]
+        self.specs = state_specs(self.abstract_state, data, seed_axis=True, fsdp=fsdp, ring=ring)
+        self.shardings = _named(mesh, self.specs)
+        self.replicated = NamedSharding(mesh, P())
+        inner = self.specs if cfg.num_seeds > 1 else state_specs(
+            jax.eval_shape(lambda s: jax.tree_util.tree_map(lambda x: x[0], s),
+                           self.abstract_state), data, seed_axis=False, fsdp=fsdp, ring=ring)
+        inner_shardings = _named(mesh, inner)
+        pin = functools.partial(jax.lax.with_sharding_constraint, shardings=inner_shardings)
+        self._init = jax.jit(functools.partial(trainer_lib.init_states, setup),
+                             out_shardings=self.shardings)
+        self._train = jax.jit(functools.partial(trainer_lib.train_scan, setup, finish=pin),
+                              static_argnums=(2,),
+                              in_shardings=(self.shardings, self.replicated, self.replicated),
+                              out_shardings=(self.shardings, self.replicated),
+                              donate_argnums=(0,))
 
 
 def gather_to_host(tree: Any) -> Any:

@@ -10,13 +10,15 @@ runs ``estimators.vtrace`` over the rollout, and the trainer adds one target of 
 ``vccc_bstar`` needs the
 replay's per-state b* (Eq 9) and exists only on the tabular testbed.
 
-Every target has ONE signature, ``fn(inputs: TargetInputs, config: TrainConfig) ->
-TargetOutput``; comparators register more with :func:`register_critic_target`.
+Every target has ONE signature, ``fn(inputs: TargetInputs, config: TrainConfig, clip) ->
+TargetOutput``: ``clip`` is the weight clip c (a traced grid value of the trainer's program,
+``train.programs.GridValues``, except for ``brace``: ``config.clip``); comparators register
+more with :func:`register_critic_target`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import chex
 import jax.numpy as jnp
@@ -54,12 +56,13 @@ class TargetOutput(NamedTuple):
     advantages: Array  # [T, B] the target's own actor advantages
 
 
-TargetFn = Callable[[TargetInputs, TrainConfig], TargetOutput]
+TargetFn = Callable[[TargetInputs, TrainConfig, Any], TargetOutput]
 CRITIC_TARGETS: dict[str, TargetFn] = {}
 
 
 def register_critic_target(name: str, fn: TargetFn, *, overwrite: bool = False) -> None:
-    """Add a critic target ``fn(inputs: TargetInputs, config: TrainConfig) -> TargetOutput``."""
+    """Add a critic target ``fn(inputs: TargetInputs, config: TrainConfig, clip) ->
+    TargetOutput``."""
     if name in CRITIC_TARGETS and not overwrite:
         raise ValueError(f"critic target {name!r} is already registered")
     CRITIC_TARGETS[name] = fn
@@ -97,14 +100,14 @@ def gae_advantages(x: TargetInputs, lambda_: float) -> Array:
     return out.vs - t.values
 
 
-def _gae_target(x: TargetInputs, cfg: TrainConfig) -> TargetOutput:
+def _gae_target(x: TargetInputs, cfg: TrainConfig, clip=None) -> TargetOutput:
     """Uncorrected GAE(gamma, lambda) value target: V-trace with rho := 1 (Eq 11, on-policy)."""
     t = x.transitions
     out = _vtrace(x, jnp.zeros_like(t.log_rhos), cfg.target_lambda, 1.0, 1.0, cfg.vtrace_n)
     return TargetOutput(out.vs, out.vs - t.values)
 
 
-def _vtrace_target(x: TargetInputs, cfg: TrainConfig) -> TargetOutput:
+def _vtrace_target(x: TargetInputs, cfg: TrainConfig, clip=None) -> TargetOutput:
     """V-trace(lambda, rhobar, cbar, n), Eq 11; advantages are V-trace's policy-gradient ones."""
     t = x.transitions
     out = _vtrace(x, t.log_rhos, cfg.target_lambda, cfg.rho_bar, cfg.c_bar, cfg.vtrace_n)
@@ -117,9 +120,9 @@ def one_step_adapter(target: CriticTarget) -> TargetFn:
     Extras: a target that needs a general baseline gets b = ``inputs.baseline``; one with an
     optional baseline (``vccc``) gets None (b = Vbar, Eq 8) when ``config.baseline`` is
     "value", else b = 0 (Eq 4); Z(s) = E_mu[w | s] (Sec 4.2) comes from the logged full
-    log-probabilities with the row's weight kind and ``config.clip``.
+    log-probabilities with the row's weight kind and ``clip``.
     """
-    def fn(x: TargetInputs, cfg: TrainConfig) -> TargetOutput:
+    def fn(x: TargetInputs, cfg: TrainConfig, clip) -> TargetOutput:
         t = x.transitions
         if target.uses_baseline or cfg.baseline != "value":
             baseline = x.baseline
@@ -128,8 +131,8 @@ def one_step_adapter(target: CriticTarget) -> TargetFn:
         z = None
         if target.uses_z:
             z = importance.expected_weight(x.log_pi_all, x.log_mu_all,
-                                           kind=target.weight_kind, clip=cfg.clip)
-        y = target.one_step(t, TargetExtras(baseline=baseline, z=z), cfg.clip)
+                                           kind=target.weight_kind, clip=clip)
+        y = target.one_step(t, TargetExtras(baseline=baseline, z=z), clip)
         return TargetOutput(y, y - t.values)
 
     fn.__doc__ = f"{target.description} (estimators.registry row {target.name!r})."
@@ -142,17 +145,17 @@ def brace_options(cfg: TrainConfig) -> dict:
                 c_bar=cfg.c_bar)
 
 
-def _brace_target(x: TargetInputs, cfg: TrainConfig) -> TargetOutput:
+def _brace_target(x: TargetInputs, cfg: TrainConfig, clip) -> TargetOutput:
     """BRACE (comparator, issue 13): n policy steps of Eq 11 (lambda 1, rhobar / cbar), then
     a ratio-free Monte-Carlo tail to the rollout's end (bootstrapped from Vbar there; time-
     limit cuts bootstrap from the final observation's value). Advantages: BRACE's
-    policy-gradient ones (V-trace form)."""
+    policy-gradient ones (V-trace form). ``clip``: a Python number (``config.clip``)."""
     t = x.transitions
     seq = registry.SequenceInputs(
         log_rhos=t.log_rhos, discounts=t.discounts, rewards=t.rewards, values=t.values,
         bootstrap_value=t.next_values[-1], truncations=x.truncated,
         truncation_values=t.next_values, is_action=x.is_action)
-    out = registry.get_critic_target("brace").sequence(seq, cfg.clip, brace_options(cfg))
+    out = registry.get_critic_target("brace").sequence(seq, clip, brace_options(cfg))
     return TargetOutput(out.vs, out.pg_advantages)
 
 

@@ -1,14 +1,15 @@
 """Ground-truth metrics of one trainer update: exact (tabular / token envs) or Monte Carlo.
 
-A mixin of :class:`vccc_jax.train.trainer.Trainer`, evaluated every ``gt_every`` updates
-inside a real ``lax.cond`` (the update index is not batched over seeds):
+Plain functions of the static ``train.setup.Setup``, the grid values and the update's
+arrays, evaluated every ``gt_every`` updates inside a real ``lax.cond`` (the update index
+is not batched over seeds):
 
-* :meth:`Truth._exact_truth` wires ``train.exact_metrics`` (closed-form V^{pi_k}, V^{mu_l},
+* :func:`exact_truth` wires ``train.exact_metrics`` (closed-form V^{pi_k}, V^{mu_l},
   the replay mixture, the exact actor-update bias on both exact envs, with the config's
   actor weight kind / clip / Eq 13 centring; see that module for the metric names)
   and, with the learned baseline on a tabular env, ``bstar_err`` (b_psi vs the sample b* of
   Eq 9);
-* :meth:`Truth._ground_truth` (gymnax envs): critic error vs Monte-Carlo V^{pi_k}
+* :func:`monte_carlo_truth` (gymnax envs): critic error vs Monte-Carlo V^{pi_k}
   (``envs.ground_truth``) at saved rollout states, and pi_k's episode return.
 """
 
@@ -22,114 +23,115 @@ from vccc_jax.envs import ground_truth as gt_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.estimators import critic_targets as ct_lib
 from vccc_jax.train import exact_metrics
+from vccc_jax.train import setup as setup_lib
+from vccc_jax.train.programs import GridValues
+from vccc_jax.train.setup import Setup
 
 Array = chex.Array
 
-__all__ = ["Truth", "nan"]
+__all__ = ["bstar_err", "exact_truth", "monte_carlo_truth", "nan"]
+
+MC_METRICS = ("gt_mse", "gt_mae", "gt_bias", "gt_stderr", "gt_value", "gt_critic_value",
+              "eval_return")
 
 
 def nan():
     return jnp.full((), jnp.nan, jnp.float32)
 
 
+def bstar_err(setup: Setup, state, traj, prep) -> Array:
+    """RMSE (over the states where Eq 9 is identified, weighted by visits) between b_psi(s)
+    and the sample b*(s) of the fresh rollout (``estimators.critic_targets.optimal_baseline``)."""
+    b = traj.action.shape[1]
+    ids = traj.env_state.state
+    log_rhos = prep.inputs.transitions.log_rhos[:, :b]
+    b_star, ok = ct_lib.optimal_baseline(log_rhos, prep.bstar_h[:, :b], ids,
+                                         setup.env_params.obs_table.shape[0])
+    b_psi = setup.baseline_net.apply(state.baseline_params, setup.env_params.obs_table)
+    counts = jax.ops.segment_sum(jnp.ones(ids.size, jnp.float32), ids.reshape(-1),
+                                 num_segments=b_star.shape[0]) * ok
+    return jnp.sqrt(jnp.sum(counts * jnp.square(b_psi - b_star)) / jnp.maximum(jnp.sum(counts), 1.0))
 
 
-class Truth:
-    """Mixin: ground-truth metrics of :class:`~vccc_jax.train.trainer.Trainer`."""
+def exact_truth(setup: Setup, values: GridValues, state, traj, ltraj, valid, prep,
+                idx) -> dict:
+    """Exact metrics (``train.exact_metrics``) of pi_k, the ring's versions, the replay
+    mixture and the critic at the start of the update, every ``gt_every`` updates; with the
+    learned baseline on a tabular env also ``bstar_err`` (:func:`bstar_err`)."""
+    cfg = setup.cfg
+    nv = setup.ring_size
 
-    def _bstar_err(self, state, traj, prep) -> Array:
-        b = traj.action.shape[1]
-        ids = traj.env_state.state
-        log_rhos = prep.inputs.transitions.log_rhos[:, :b]
-        b_star, ok = ct_lib.optimal_baseline(log_rhos, prep.bstar_h[:, :b], ids,
-                                             self.env_params.obs_table.shape[0])
-        b_psi = self.baseline_net.apply(state.baseline_params, self.env_params.obs_table)
-        counts = jax.ops.segment_sum(jnp.ones(ids.size, jnp.float32), ids.reshape(-1),
-                                     num_segments=b_star.shape[0]) * ok
-        return jnp.sqrt(jnp.sum(counts * jnp.square(b_psi - b_star)) / jnp.maximum(jnp.sum(counts), 1.0))
-
-    def _exact_truth(self, state, traj, ltraj, valid, prep, idx) -> dict:
-        """Exact metrics (``train.exact_metrics``) of pi_k, the ring's versions, the replay
-        mixture and the critic at the start of the update, every ``gt_every`` updates.
-
-        With the learned baseline on a tabular env also ``bstar_err``: RMSE (over the
-        states where Eq 9 is identified, weighted by visits) between b_psi(s) and the sample
-        b*(s) of the fresh rollout (``estimators.critic_targets.optimal_baseline``)."""
-        cfg = self.config
-        nv = self.ring_size
-
-        def compute(_):
-            stacked = exact_metrics.ring_params(state.actor_params, state.versions, nv)
-            w_all = jnp.ones(ltraj.lag.shape, jnp.float32) if valid is None else valid
-            if ltraj.is_action is not None:
-                w_all = w_all * ltraj.is_action.astype(jnp.float32)
-            weights = exact_metrics.lag_weights(ltraj.lag, w_all, nv)
-            fresh_w = jnp.ones(traj.lag.shape, jnp.float32)
-            actor = dict(kind=self.actor_kind, centred=self.centered,
-                         clip=None if self.actor_kind == "ratio" else cfg.actor_clip,
-                         correction_params=self.actor_row_params)
-            if self.env_kind == "tabular":
-                out = exact_metrics.tabular_metrics(
-                    self.env_params, self.actor_logits, self.critic_values, state.actor_params,
-                    state.critic_params, stacked, self.log_mu_fn, weights,
-                    traj.env_state.state, fresh_w, **actor)
-                if self.baseline_net is not None:
-                    out["bstar_err"] = self._bstar_err(state, traj, prep)
-                return out
-            return exact_metrics.token_metrics(
-                self.env, self.actor_logits, self.critic_values, state.actor_params,
-                state.critic_params, stacked, self.log_mu_fn, weights, traj.env_state,
-                traj.lag, fresh_w, **actor)
-
-        def skip(_):
-            out = exact_metrics.nan_metrics(nv)
-            if self.baseline_net is not None and self.env_kind == "tabular":
-                out["bstar_err"] = nan()
+    def compute(_):
+        stacked = exact_metrics.ring_params(state.actor_params, state.versions, nv)
+        w_all = jnp.ones(ltraj.lag.shape, jnp.float32) if valid is None else valid
+        if ltraj.is_action is not None:
+            w_all = w_all * ltraj.is_action.astype(jnp.float32)
+        weights = exact_metrics.lag_weights(ltraj.lag, w_all, nv)
+        fresh_w = jnp.ones(traj.lag.shape, jnp.float32)
+        actor = dict(kind=setup.actor_kind, centred=setup.centered,
+                     clip=None if setup.actor_kind == "ratio" else values.actor_clip,
+                     correction_params=setup_lib.actor_row_params(setup, values))
+        if setup.env_kind == "tabular":
+            out = exact_metrics.tabular_metrics(
+                setup.env_params, setup.actor_logits, setup.critic_values, state.actor_params,
+                state.critic_params, stacked, setup.log_mu_fn, weights,
+                traj.env_state.state, fresh_w, **actor)
+            if setup.baseline_net is not None:
+                out["bstar_err"] = bstar_err(setup, state, traj, prep)
             return out
+        return exact_metrics.token_metrics(
+            setup.env, setup.actor_logits, setup.critic_values, state.actor_params,
+            state.critic_params, stacked, setup.log_mu_fn, weights, traj.env_state,
+            traj.lag, fresh_w, **actor)
 
-        return jax.lax.cond((idx + 1) % cfg.gt_every == 0, compute, skip, None)
+    def skip(_):
+        out = exact_metrics.nan_metrics(nv)
+        if setup.baseline_net is not None and setup.env_kind == "tabular":
+            out["bstar_err"] = nan()
+        return out
 
-    def _ground_truth(self, state, traj, key, idx) -> dict:
-        """Critic error vs Monte-Carlo V^{pi_k} at saved states, and pi_k's episode return."""
-        cfg = self.config
-        names = ("gt_mse", "gt_mae", "gt_bias", "gt_stderr", "gt_value", "gt_critic_value",
-                 "eval_return")
-        if cfg.gt_every <= 0:
-            return {k: nan() for k in names}
-        T, B = cfg.num_steps, cfg.num_envs
-        n = T * B
-        pos = (jnp.arange(cfg.gt_states) * n) // cfg.gt_states
-        pick = lambda x: jnp.take(x.reshape((n,) + x.shape[2:]), pos, axis=0)  # noqa: E731
-        states = jax.tree_util.tree_map(pick, traj.env_state)
-        obs = pick(traj.obs)
+    return jax.lax.cond((idx + 1) % cfg.gt_every == 0, compute, skip, None)
 
-        def compute(_):
-            k_mc, k_reset, k_eval = jax.random.split(key, 3)
-            mc = gt_lib.mc_values(
-                self.env, self.env_params, self.actor_logits, state.actor_params, states, obs,
-                k_mc, num_rollouts=cfg.gt_rollouts, horizon=self.gt_horizon, gamma=cfg.gamma)
-            v = self.critic_values(state.critic_params, obs)
-            err = v - mc.value
-            out = {
-                "gt_mse": jnp.mean(jnp.square(err)),
-                "gt_mae": jnp.mean(jnp.abs(err)),
-                "gt_bias": jnp.mean(err),
-                "gt_stderr": jnp.mean(mc.stderr),
-                "gt_value": jnp.mean(mc.value),
-                "gt_critic_value": jnp.mean(v),
-                "eval_return": nan(),
-            }
-            if cfg.eval_envs > 0:
-                carry = rollout_lib.reset(self.env, self.env_params, k_reset, cfg.eval_envs)
-                ev = gt_lib.mc_values(
-                    self.env, self.env_params, self.actor_logits, state.actor_params,
-                    carry.env_state, carry.obs, k_eval, num_rollouts=2,
-                    horizon=self.eval_horizon, gamma=1.0, ignore_time_limit=False)
-                out["eval_return"] = jnp.mean(ev.value)
-            return out
 
-        def skip(_):
-            return {k: nan() for k in names}
+def monte_carlo_truth(setup: Setup, state, traj, key, idx) -> dict:
+    """Critic error vs Monte-Carlo V^{pi_k} at saved states, and pi_k's episode return."""
+    cfg = setup.cfg
+    if cfg.gt_every <= 0:
+        return {k: nan() for k in MC_METRICS}
+    T, B = cfg.num_steps, cfg.num_envs
+    n = T * B
+    pos = (jnp.arange(cfg.gt_states) * n) // cfg.gt_states
+    pick = lambda x: jnp.take(x.reshape((n,) + x.shape[2:]), pos, axis=0)  # noqa: E731
+    states = jax.tree_util.tree_map(pick, traj.env_state)
+    obs = pick(traj.obs)
 
-        # at updates N-1, 2N-1, ...: the last evaluation falls at the end of training
-        return jax.lax.cond((idx + 1) % cfg.gt_every == 0, compute, skip, None)
+    def compute(_):
+        k_mc, k_reset, k_eval = jax.random.split(key, 3)
+        mc = gt_lib.mc_values(
+            setup.env, setup.env_params, setup.actor_logits, state.actor_params, states, obs,
+            k_mc, num_rollouts=cfg.gt_rollouts, horizon=setup.gt_horizon, gamma=cfg.gamma)
+        v = setup.critic_values(state.critic_params, obs)
+        err = v - mc.value
+        out = {
+            "gt_mse": jnp.mean(jnp.square(err)),
+            "gt_mae": jnp.mean(jnp.abs(err)),
+            "gt_bias": jnp.mean(err),
+            "gt_stderr": jnp.mean(mc.stderr),
+            "gt_value": jnp.mean(mc.value),
+            "gt_critic_value": jnp.mean(v),
+            "eval_return": nan(),
+        }
+        if cfg.eval_envs > 0:
+            carry = rollout_lib.reset(setup.env, setup.env_params, k_reset, cfg.eval_envs)
+            ev = gt_lib.mc_values(
+                setup.env, setup.env_params, setup.actor_logits, state.actor_params,
+                carry.env_state, carry.obs, k_eval, num_rollouts=2,
+                horizon=setup.eval_horizon, gamma=1.0, ignore_time_limit=False)
+            out["eval_return"] = jnp.mean(ev.value)
+        return out
+
+    def skip(_):
+        return {k: nan() for k in MC_METRICS}
+
+    # at updates N-1, 2N-1, ...: the last evaluation falls at the end of training
+    return jax.lax.cond((idx + 1) % cfg.gt_every == 0, compute, skip, None)

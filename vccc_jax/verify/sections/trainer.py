@@ -4,7 +4,7 @@ On an exact ``tabular:`` env every path of T = 2 steps is enumerated: (s0, behav
 i, a0, s1, a1, s2), with probability d0(s0) q_i mu_i(a0|s0) P(s1|s0, a0) mu_i(a1|s1)
 P(s2|s1, a1) (d0 uniform, q the version mix, mu_i = the trainer's sampler on a perturbed
 actor, pi = the newest actor). The paths are one logged batch [T, N]; the *trainer's own*
-code path (``Trainer.prepare``, ``_pi_old``, ``_learner_batch``, ``_actor_loss``, in
+code path (``learner.prepare``, ``pi_old``, ``learner_batch``, ``losses.actor_loss``, in
 float64) turns it into log-ratios, Vbar, critic targets, advantages, actor weights, losses
 and gradients, and the rows compare them with:
 
@@ -43,6 +43,7 @@ from vccc_jax.estimators import actor_registry
 from vccc_jax.estimators import critic_targets as ct
 from vccc_jax.estimators.vtrace import vtrace
 from vccc_jax.tabular import exact
+from vccc_jax.train import learner, losses
 from vccc_jax.train.config import TrainConfig
 from vccc_jax.train.learner import effective_advantages
 from vccc_jax.train.trainer import Trainer
@@ -129,22 +130,22 @@ def _library_targets(cfg, x: dict, z, baseline):
 def _numbers(key, trainers: dict, actors: dict) -> dict:
     """Every (trainer value, reference) pair of the section, float64, one graph."""
     tr = trainers[CRITICS[0]]
-    mdp = _f64(tabular_env.params_mdp(tr.env_params))  # exact in float64: P rows sum to 1
+    mdp = _f64(tabular_env.params_mdp(tr.setup.env_params))  # exact in float64: P rows sum to 1
     mdp = mdp.replace(P=mdp.P / jnp.sum(mdp.P, -1, keepdims=True), gamma=jnp.float64(BASE.gamma))
-    S, A = mdp.num_states, tr.num_actions
-    obs = _f64(tr.env_params.obs_table)
+    S, A = mdp.num_states, tr.setup.num_actions
+    obs = _f64(tr.setup.env_params.obs_table)
     k_a, k_c, k_v, k_t = jax.random.split(key, 4)
-    dummy = jnp.zeros((1,) + tr.obs_shape)
-    actor = _f64(tr.actor_net.init(k_a, dummy))
-    critic = _f64(jax.tree_util.tree_map(lambda w: 4.0 * w, tr.critic_net.init(k_c, dummy)))
+    dummy = jnp.zeros((1,) + tr.setup.obs_shape)
+    actor = _f64(tr.setup.actor_net.init(k_a, dummy))
+    critic = _f64(jax.tree_util.tree_map(lambda w: 4.0 * w, tr.setup.critic_net.init(k_c, dummy)))
     stale = [_perturb(actor, jax.random.fold_in(k_v, i), 1.0) for i in range(len(MIX))]
-    logits = tr.actor_logits(actor, obs)
+    logits = tr.setup.actor_logits(actor, obs)
     log_pi = jax.nn.log_softmax(logits, -1)
-    log_mus = jnp.stack([tr.log_mu_fn(tr.actor_logits(p, obs)) for p in stale])
-    log_bs = jnp.stack([jax.nn.log_softmax(tr.actor_logits(p, obs), -1) for p in stale])
+    log_mus = jnp.stack([tr.setup.log_mu_fn(tr.setup.actor_logits(p, obs)) for p in stale])
+    log_bs = jnp.stack([jax.nn.log_softmax(tr.setup.actor_logits(p, obs), -1) for p in stale])
     ix = _paths(S, A, len(MIX))
     traj, prob = _batch(mdp, obs, log_pi, log_mus, log_bs, ix)
-    pi, mus, vbar = jnp.exp(log_pi), jnp.exp(log_mus), tr.critic_values(critic, obs)
+    pi, mus, vbar = jnp.exp(log_pi), jnp.exp(log_mus), tr.setup.critic_values(critic, obs)
     q = jnp.asarray(MIX)
 
     def mix(f):  # sum_i q_i f(mu_i): the per-s0 mean over the version mix
@@ -174,7 +175,7 @@ def _numbers(key, trainers: dict, actors: dict) -> dict:
     }
     out, preps = {}, {}
     for name, t in trainers.items():
-        prep = preps[name] = t.prepare(traj, critic)
+        prep = preps[name] = learner.prepare(t.setup, t.values, traj, critic)
         tx = prep.inputs.transitions
         y_lib = _library_targets(t.config, x, z_tab[i, s], jnp.zeros_like(x["values"]))
         out[f"target {name}"] = (mean0(prep.targets), exact_means[name])
@@ -190,18 +191,18 @@ def _numbers(key, trainers: dict, actors: dict) -> dict:
     theta = _perturb(actor, k_t, 0.3)
     for name, t in actors.items():
         prep = preps[CRITICS[0]]  # the actors' critic config (vccc, b = Vbar, its advantages)
-        lp_old, lp_old_all = t._pi_old(None, traj, prep)
-        batch = t._learner_batch(traj, prep, None, lp_old, lp_old_all)
+        lp_old, lp_old_all = learner.pi_old(t.setup, t.values, None, traj, prep)
+        batch = learner.learner_batch(t.setup, t.values, traj, prep, None, lp_old, lp_old_all)
         # the t = 0 rows, sample weights = path probabilities (carried by the advantages)
         mb = jax.tree_util.tree_map(lambda v: v[0], batch)
         mb = mb._replace(advantages=effective_advantages(
             mb.advantages[None], (prob / jnp.sum(prob))[None], False)[0])
-        grad = jax.grad(lambda p: t._actor_loss(p, mb)[0])
+        grad = jax.grad(lambda p: losses.actor_loss(t.setup, t.values, p, mb)[0])
         if name == ("truncate", ""):  # E[grad] at theta = pi_k: closed form (Eq 10 weights)
             qv = exact.q_values(mdp, v=vbar)
             coeff = mix(lambda m: m * jnp.minimum(pi / m, CLIP) * (pi / m) * (qv - vbar[:, None]))
             closed = jax.grad(lambda p: -jnp.sum(jax.lax.stop_gradient(coeff / S) * jax.nn.log_softmax(
-                t.actor_logits(p, obs), -1)))(actor)
+                t.setup.actor_logits(p, obs), -1)))(actor)
             out["actor gradient"] = (grad(actor), closed)
         elif name == ("topr", ""):  # sequence weights of the whole update, at pi_old = pi_k,
             # reading the sign of the batch-normalised advantages
@@ -216,7 +217,7 @@ def _numbers(key, trainers: dict, actors: dict) -> dict:
             log_old0 = log_pi[ix["s0"], ix["a0"]]
 
             def ref_loss(p, kind=name[0]):
-                log_pi_th = jax.nn.log_softmax(t.actor_logits(p, obs[ix["s0"]]), -1)
+                log_pi_th = jax.nn.log_softmax(t.setup.actor_logits(p, obs[ix["s0"]]), -1)
                 lp = jnp.take_along_axis(log_pi_th, ix["a0"][:, None], -1)[:, 0]
                 adv = mb.advantages
                 if kind == "icepop":
@@ -228,7 +229,7 @@ def _numbers(key, trainers: dict, actors: dict) -> dict:
                 return actor_lib.policy_loss(lp, log_mu0, adv, kind="truncate", clip=CLIP,
                                              ppo_epsilon=EPS, log_pi_old=log_old0, centering=c)
 
-            out[f"actor loss {name[0]}"] = (jnp.stack([t._actor_loss(theta, mb)[0]]),
+            out[f"actor loss {name[0]}"] = (jnp.stack([losses.actor_loss(t.setup, t.values, theta, mb)[0]]),
                                             jnp.stack([ref_loss(theta)]))
             out[f"actor gradient {name[0]}"] = (grad(theta), jax.grad(ref_loss)(theta))
     return out
