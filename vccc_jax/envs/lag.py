@@ -394,3 +394,93 @@ def common_table(buffer: VersionBuffer, lag: Array) -> VersionTable:
     lag = jnp.asarray(lag, jnp.int32)
     chex.assert_rank(lag, 0)
     return _table(buffer, jnp.stack([jnp.zeros_like(lag), lag]), False)
+
+
+# --------------------------------------------------------------------------------------
+# Each env's own version (one forward per env)
+# --------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class EnvVersions:
+    """Each env's acting version, gathered from the ring once per rollout.
+
+    Attributes:
+      buffer: the :class:`VersionBuffer` it was gathered from (mid-rollout switches re-gather
+        from it at every step).
+      params: pytree, leaves [B, *leaf_shape]: env b's version at the start of the rollout.
+      newest: the newest version's plain params (lag 0; pi_k of the learner).
+      lag: int32 [B] each env's (capped) lag at the start of the rollout.
+    """
+
+    buffer: VersionBuffer
+    params: Any
+    newest: Any
+    lag: Array
+
+
+def env_versions(buffer: VersionBuffer, lags: Array) -> EnvVersions:
+    """Gather env b's version ``lags[b]`` updates old (capped by the versions pushed) with one
+    ``jnp.take`` per leaf on the ring's slots: memory O(B x params). On a mesh the ring is
+    replicated and the lags env-sharded, so the gather is local to each device."""
+    chex.assert_rank(lags, 1)
+    lags = jnp.clip(jnp.asarray(lags, jnp.int32), 0, available(buffer) - 1)
+    return EnvVersions(buffer=buffer, params=gather(buffer, lags), newest=get(buffer, 0),
+                       lag=lags)
+
+
+ROLLOUT_PATHS = ("table", "common", "per_env")
+
+
+def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
+                law_fixed: bool, switch_every: int) -> str:
+    """How a lagged rollout evaluates the actor (static; one choice per compiled program).
+
+    * ``"common"`` (:func:`common_table`): every env has the same lag (a ``fixed:L`` law and
+      no mid-rollout switch): the newest and the common version, 2 x B rows per step.
+    * ``"table"`` (:func:`lag_table`): the actor once per lag 0..V-1 on the whole batch,
+      V x B rows per step, memory O(V x params); serves every law, switches included.
+    * ``"per_env"`` (:func:`env_versions`): one forward per env with its own version (a
+      batched matvec) plus the newest's plain forward, memory O(B x params); serves every
+      law, switches included (re-gathered at every step).
+
+    All three sample every env's lag iid from the law (no grouping), so the choice changes
+    float bits only. Rule: PLACEHOLDER
+    """
+    if num_envs < 1 or num_versions < 1 or num_params < 1:
+        raise ValueError(f"choose_path: sizes must be >= 1, got num_envs={num_envs}, "
+                         f"num_versions={num_versions}, num_params={num_params}")
+    if law_fixed and switch_every <= 0:
+        return "common"
+    return "per_env" if num_versions > 2 else "table"
+
+
+def num_params(buffer: VersionBuffer) -> int:
+    """Parameters of one version in the ring."""
+    return sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(buffer.params))
+
+
+def acting_actor(buffer: VersionBuffer, lags: Array, *, num_lags: Optional[int] = None,
+                 common_lag: Optional[Array] = None, switch_every: int = 0,
+                 path: str = "auto") -> "VersionTable | EnvVersions":
+    """What ``rollout.rollout`` acts with for per-env ``lags`` [B] (capped here).
+
+    ``common_lag``: the one lag every env has (a ``fixed:L`` law, traced or not), or None.
+    ``path``: one of :data:`ROLLOUT_PATHS`, or ``"auto"`` (:func:`choose_path` on B, the
+    ring's ``num_lags`` (default: all slots), its parameter count and the default backend).
+    """
+    lags = cap_lags(jnp.asarray(lags, jnp.int32), available(buffer))
+    if path == "auto":
+        path = choose_path(lags.shape[0], buffer.num_versions if num_lags is None else num_lags,
+                           num_params(buffer), jax.default_backend(), common_lag is not None,
+                           switch_every)
+    if path == "common":
+        if common_lag is None or switch_every > 0:
+            raise ValueError("the common path needs one lag for every env (common_lag) and "
+                             "no mid-rollout switch")
+        return common_table(buffer, cap_lags(common_lag, available(buffer)))
+    if path == "table":
+        return lag_table(buffer, num_lags)
+    if path == "per_env":
+        return env_versions(buffer, lags)
+    raise ValueError(f"rollout path must be 'auto' or one of {ROLLOUT_PATHS}, got {path!r}")

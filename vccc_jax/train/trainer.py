@@ -410,19 +410,17 @@ class Trainer(Learner, Truth, rm.RouteDiagnostics):
                                 avail)
 
     def _rollout(self, actor_params, versions, env_carry, key, idx, k_lag=None):
-        """One rollout. The actor runs once per VERSION it acts with (``lag.VersionTable``:
-        the newest and the common lag under ``fixed:L``, else lags 0..K-1), never per env."""
+        """One rollout; ``lag.acting_actor`` picks how the actor runs (``lag.choose_path``)."""
         cfg = self.config
         if versions is not None:
             avail = jnp.minimum(lag_lib.available(versions), self.num_versions)
             lags = (jnp.zeros((cfg.num_envs,), jnp.int32) if k_lag is None else
                     self._sample_lags(k_lag, avail, idx))
-            if self.law.kind == "fixed" and cfg.switch_every <= 0:  # one lag for all envs
-                lag = 0 if k_lag is None else self._value("lag")
-                table = lag_lib.common_table(versions, lag_lib.cap_lags(lag, avail))
-            else:
-                table = lag_lib.lag_table(versions, self.num_versions)
-            actor_for_rollout = self.constrain("rollout_actor", table)
+            common = self.law.kind == "fixed" and cfg.switch_every <= 0  # one lag for all envs
+            actor_for_rollout = lag_lib.acting_actor(
+                self.constrain("rollout_actor", versions), lags, num_lags=self.num_versions,
+                common_lag=(0 if k_lag is None else self._value("lag")) if common else None,
+                switch_every=cfg.switch_every)
         else:
             lags, actor_for_rollout = None, self.constrain("rollout_actor", actor_params)
         return rollout_lib.rollout(
