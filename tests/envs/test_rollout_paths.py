@@ -134,3 +134,35 @@ def test_acting_actor_paths_and_errors(setup):
         lag_lib.acting_actor(buf, lags, path="common")
     with pytest.raises(ValueError, match="common path needs"):
         lag_lib.acting_actor(buf, lags, path="common", common_lag=1, switch_every=2)
+
+
+P = 4610  # CartPole actor 4-64-64-2
+
+
+@pytest.mark.parametrize("B,K,params,backend,fixed,switch,want", [
+    (512, 32, P, "cpu", True, 0, "common"),       # fixed:L, no switch: 2 rows
+    (512, 32, P, "gpu", True, 0, "common"),
+    (4, 2, P, "cpu", True, 3, "table"),           # fixed:L with switches: lags differ in time
+    (4, 2, P, "cpu", False, 0, "table"),          # K < 4
+    (4, 4, P, "cpu", False, 0, "per_env"),        # B x params = 18,440 <= 2^20
+    (227, 4, P, "cpu", False, 0, "per_env"),      # 1,046,470 <= 2^20 = 1,048,576
+    (228, 4, P, "cpu", False, 0, "table"),        # 1,051,080 > 2^20: needs K >= 8
+    (512, 8, P, "cpu", False, 0, "per_env"),      # 2,360,320 <= 2^23
+    (1819, 8, P, "cpu", False, 0, "per_env"),     # 8,385,590 <= 2^23 = 8,388,608
+    (1820, 8, P, "cpu", False, 0, "table"),       # 8,390,200 > 2^23
+    (4096, 8, P, "cpu", False, 0, "table"),       # > 2^23: needs K >= 16
+    (4096, 16, P, "cpu", False, 0, "per_env"),
+    (64, 4, P, "cpu", False, 2, "table"),         # switches: twice the K
+    (64, 8, P, "cpu", False, 2, "per_env"),
+    (512, 8, P, "cpu", False, 2, "table"),
+    (512, 16, P, "cpu", False, 2, "per_env"),
+    (4, 32, P, "gpu", False, 0, "table"),         # other backends: the table
+    (4, 32, P, "tpu", False, 2, "table"),
+])
+def test_choose_path_rule(B, K, params, backend, fixed, switch, want):
+    assert lag_lib.choose_path(B, K, params, backend, fixed, switch) == want
+
+
+def test_choose_path_rejects_empty_sizes():
+    with pytest.raises(ValueError, match="num_envs=0"):
+        lag_lib.choose_path(0, 8, P, "cpu", False, 0)

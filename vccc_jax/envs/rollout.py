@@ -16,10 +16,17 @@ environments. Each step records, time-major ``[T, B, ...]``:
 * ``log_pi_all`` [T, B, A]: log-probs of the newest actor version (the learner's pi_k at
   temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here;
   logging it avoids a second forward pass and makes lag-0 log-ratios exactly zero (an env
-  at lag 0 reads its behaviour logits from the newest version's row: the same bits);
+  at lag 0 reads its behaviour logits from the newest version's row, or under the per-env
+  path the newest's plain forward: the same bits);
 * ``lag`` / ``version``: how many updates old the acting parameters were and their id;
 * ``episode_return`` / ``episode_length`` of episodes that ended at t (0 elsewhere);
 * optionally ``env_state`` (the full gymnax state at s_t) for Monte-Carlo ground truth.
+
+The lagged actor runs one of three ways (``lag.acting_actor`` / ``lag.choose_path``): once
+per version on the whole batch (:func:`versioned_logits` over a ``lag.VersionTable``: V x B
+forwards per step, memory O(V x params)) or once per env with its own version
+(:func:`per_env_logits` over ``lag.EnvVersions``: B per-env forwards plus the newest's plain
+forward, memory O(B x params)). Synchronous rollouts (plain params) run one plain forward.
 
 Time-limit detection: gymnax >= 1.0 returns ``terminated`` and ``truncated`` from
 ``env.step``; older gymnax merges them in ``done``. For the old API we detect the cut from the
