@@ -139,9 +139,50 @@ def train(envs, timesteps, seeds: int, repeats: int) -> None:
         print(f"# {_load()}", flush=True)
 
 
+def profile(envs, timesteps, repeats: int) -> None:
+    """Where an update's time goes: per row, the whole training program vs a program of the
+    same number of rollouts alone (``Trainer._rollout``, the env carry threaded through);
+    lagged rows also with the rollout path forced to the table."""
+    from vccc_jax.envs import lag as lag_lib
+    from vccc_jax.train.trainer import TrainConfig, Trainer
+
+    print(f"# profile: best of {repeats}; {_load()}")
+    print("envs,row,path,program,cpu_s,wall_s")
+    choose = lag_lib.choose_path
+    for B, T in zip(envs, timesteps):
+        fns = {}
+        for name, cfg in ROWS.items():
+            for path in (("auto",) if name == "sync-gae" else ("auto", "table")):
+                lag_lib.choose_path = (choose if path == "auto" else
+                                       (lambda *a, p=path, **k: p))
+                tr = Trainer(TrainConfig(total_timesteps=T, num_envs=B, **cfg))
+                st = jax.device_get(tr.init())
+                n = tr.num_updates
+
+                def rollouts(s, tr=tr, n=n):
+                    s = jax.tree_util.tree_map(lambda x: x[0], s)
+
+                    def body(env, i):
+                        k = jax.random.fold_in(s.key, i)
+                        env, traj = tr._rollout(s.actor_params, s.versions, env, k, i, k)
+                        return env, traj.log_mu.sum()
+                    return jax.lax.scan(body, s.env, jnp.arange(n))[1]
+
+                run = jax.jit(rollouts).lower(st).compile()
+                whole = jax.jit(lambda s, tr=tr, n=n: tr._train_impl(
+                    s, jnp.asarray(0, jnp.int32), n)).lower(st).compile()
+                fns[(name, path, "rollouts")] = (lambda f=run, s=st: f(s))
+                fns[(name, path, "train")] = (lambda f=whole, s=st: f(s))
+        lag_lib.choose_path = choose
+        best = _best(fns, repeats)
+        for (name, path, prog), (w, c) in best.items():
+            print(f"{B},{name},{path},{prog},{c:.3f},{w:.3f}", flush=True)
+        print(f"# {_load()}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("micro", "train"))
+    ap.add_argument("what", choices=("micro", "train", "profile"))
     ap.add_argument("--envs", default="4,64,512")
     ap.add_argument("--versions", default="2,4,8,32")
     ap.add_argument("--hidden", type=int, default=64)
@@ -156,7 +197,11 @@ def main() -> None:
         micro(envs, [int(x) for x in a.versions.split(",")], a.hidden, a.steps, a.repeats)
     else:
         ts = [int(x) for x in a.timesteps.split(",")]
-        train(envs, ts * len(envs) if len(ts) == 1 else ts, a.seeds, a.repeats)
+        ts = ts * len(envs) if len(ts) == 1 else ts
+        if a.what == "train":
+            train(envs, ts, a.seeds, a.repeats)
+        else:
+            profile(envs, ts, a.repeats)
 
 
 if __name__ == "__main__":
