@@ -146,16 +146,15 @@ P = 4610  # CartPole actor 4-64-64-2
     (4, 2, P, "cpu", False, 0, "table"),          # K < 4
     (4, 4, P, "cpu", False, 0, "per_env"),        # B x params = 18,440 <= 2^20
     (227, 4, P, "cpu", False, 0, "per_env"),      # 1,046,470 <= 2^20 = 1,048,576
-    (228, 4, P, "cpu", False, 0, "table"),        # 1,051,080 > 2^20: needs K >= 8
-    (512, 8, P, "cpu", False, 0, "per_env"),      # 2,360,320 <= 2^23
-    (1819, 8, P, "cpu", False, 0, "per_env"),     # 8,385,590 <= 2^23 = 8,388,608
-    (1820, 8, P, "cpu", False, 0, "table"),       # 8,390,200 > 2^23
-    (4096, 8, P, "cpu", False, 0, "table"),       # > 2^23: needs K >= 16
-    (4096, 16, P, "cpu", False, 0, "per_env"),
+    (228, 4, P, "cpu", False, 0, "table"),        # 1,051,080 > 2^20: needs K >= 16
+    (512, 8, P, "cpu", False, 0, "table"),
+    (512, 15, P, "cpu", False, 0, "table"),
+    (512, 16, P, "cpu", False, 0, "per_env"),
+    (4096, 32, P, "cpu", False, 0, "per_env"),
     (64, 4, P, "cpu", False, 2, "table"),         # switches: twice the K
     (64, 8, P, "cpu", False, 2, "per_env"),
-    (512, 8, P, "cpu", False, 2, "table"),
-    (512, 16, P, "cpu", False, 2, "per_env"),
+    (512, 16, P, "cpu", False, 2, "table"),
+    (512, 32, P, "cpu", False, 2, "per_env"),
     (4, 32, P, "gpu", False, 0, "table"),         # other backends: the table
     (4, 32, P, "tpu", False, 2, "table"),
 ])

@@ -436,7 +436,7 @@ def env_versions(buffer: VersionBuffer, lags: Array) -> EnvVersions:
 
 ROLLOUT_PATHS = ("table", "common", "per_env")
 # (B x params floats, K from which the per-env path is cheaper) on CPU, measured (docstring)
-_PER_ENV_FROM = ((1 << 20, 4), (1 << 23, 8), (None, 16))
+_PER_ENV_FROM = ((1 << 20, 4), (None, 16))
 
 
 def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
@@ -458,12 +458,14 @@ def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
     B in {4, 64, 512, 4096}, K in {2, 4, 8, 32}, 2026-12-02): the per-env forward is a
     matvec per env whose cost grows with B x params faster than the table's matmul once the
     per-env copies leave the cache; per-env / table CPU time was 0.85 / 0.98 / 1.92 at K = 4
-    and 0.26 / 0.58 / 0.99 at K = 8 (B = 4 / 64 / 512), 0.13-0.26 at K = 32, 4.8 at B = 4096
-    and K = 2; re-gathering at every step (switches) costs 1.5-2.1x the table at K = 8 and
-    0.38-0.47x at K = 32. So on CPU: ``per_env`` when K >= 4 (B x params <= 2^20 floats),
-    K >= 8 (<= 2^23), K >= 16 (larger); twice that K under mid-rollout switches; ``table``
-    otherwise. Other backends: ``table`` (O(V x params) memory, the accelerator layout of
-    issue 22; not measured here -- no accelerator was lent to this measurement).
+    and 0.26 / 0.58 / 0.99 at K = 8 (B = 4 / 64 / 512), 0.13-0.26 at K = 32; at B = 4096
+    4.8 (K = 2), 1.19 (K = 8), 0.47 (K = 16). The whole trainer at 512 envs, uniform:7, ran
+    at 0.82 / 0.79 of sync per env vs 0.90 / 0.84 with the table (two passes, CPU time), so
+    the tie at B = 512, K = 8 goes to the table. Re-gathering at every step (switches) costs
+    1.5-2.1x the table at K = 8 and 0.38-0.47x at K = 32. So on CPU: ``per_env`` when K >= 4
+    and B x params <= 2^20 floats (4 MiB), or K >= 16; twice that K under mid-rollout
+    switches; ``table`` otherwise. Other backends: ``table`` (O(V x params) memory, the
+    accelerator layout of issue 22; not measured here: no accelerator was lent to this).
     """
     if num_envs < 1 or num_versions < 1 or num_params < 1:
         raise ValueError(f"choose_path: sizes must be >= 1, got num_envs={num_envs}, "
