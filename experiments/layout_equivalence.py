@@ -1,5 +1,6 @@
 """Statistical equivalence of two trainer versions (issue 22 §1: the rollout / learner layout
-change may move float32 results, so it is checked over seeds instead of bit for bit).
+change may move float32 results, so it is checked over seeds instead of bit for bit; issue 28
+§1: the per-env rollout path, configs uniform:7 / vccc and uniform:31 / vtrace).
 
 Run the same configs with each version's interpreter (each venv imports its own vccc_jax),
 then compare:
@@ -30,12 +31,15 @@ _COMMON = dict(env="CartPole-v1", num_envs=8, num_steps=32, update_epochs=4, num
                critic="vccc", actor="truncate", actor_clip=2.0, critic_lr=1e-3, seed=0,
                num_seeds=NUM_SEEDS)
 UPDATES = 300
-STAT_CONFIGS = {  # name -> TrainConfig fields; lag > 0 in both: the per-version rollout path
-    "fixed2": dict(_COMMON, lag="fixed:2", total_timesteps=UPDATES * 8 * 32),
-    "uniform4": dict(_COMMON, lag="uniform:4", total_timesteps=UPDATES * 8 * 32),
+STAT_CONFIGS = {  # name -> TrainConfig fields (issue 28 §1: non-fixed laws, whose rollout
+    # path changed from the lag table to one forward per env; issue 22 ran fixed:2, uniform:4)
+    "uniform7_vccc": dict(_COMMON, lag="uniform:7", num_versions=8,
+                          total_timesteps=UPDATES * 8 * 32),
+    "uniform31_vtrace": dict(_COMMON, lag="uniform:31", num_versions=32, critic="vtrace",
+                             total_timesteps=UPDATES * 8 * 32),
 }
 STATE_UPDATES = 5
-STATE_CONFIG = dict(_COMMON, lag="fixed:2", num_minibatches=1, num_seeds=2,
+STATE_CONFIG = dict(_COMMON, lag="uniform:7", num_versions=8, num_minibatches=1, num_seeds=2,
                     total_timesteps=STATE_UPDATES * 8 * 32)
 
 

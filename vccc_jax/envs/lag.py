@@ -15,11 +15,16 @@ trainer:
   environment with ``jax.random``.
 * :func:`switch_lags`: optional mid-rollout switches — every ``m`` steps an environment
   receives newer weights, so one trajectory mixes versions (mu_3 -> mu_5 -> mu_8, §3.4).
-* :class:`VersionTable`: the V versions one rollout acts with (row 0 the newest), so a
-  rollout evaluates the actor once per VERSION ([V, B] rows, memory O(V x params)) instead
-  of gathering a copy of the params per env (O(B x params)): :func:`lag_table` (rows = lags
-  0..V-1, any per-env lags and mid-rollout switches) or :func:`common_table` (rows = the
-  newest and one common lag: every env acts with the same version, as under ``fixed:L``).
+* What a lagged rollout acts with, three paths (:func:`acting_actor`, chosen per compiled
+  program by :func:`choose_path` from B, K, the parameter count and the backend; each serves
+  every law it is chosen for exactly, lags iid per env):
+  :class:`VersionTable` -- the V versions one rollout acts with (row 0 the newest), the
+  actor once per VERSION on the whole batch: V x B forwards per step, memory O(V x params):
+  :func:`lag_table` (rows = lags 0..V-1: any per-env lags, mid-rollout switches) or
+  :func:`common_table` (rows = the newest and one common lag, as under ``fixed:L``: 2 x B);
+  :class:`EnvVersions` (:func:`env_versions`) -- each env's own version gathered from the
+  ring once per rollout, one forward per env (B per step, whatever K) plus the newest's
+  plain forward, memory O(B x params).
 
 Conventions: version ids count pushes (the initial parameters are version 0; after learner
 update k the buffer holds version k + 1). Lag 0 is the newest version.
@@ -394,3 +399,114 @@ def common_table(buffer: VersionBuffer, lag: Array) -> VersionTable:
     lag = jnp.asarray(lag, jnp.int32)
     chex.assert_rank(lag, 0)
     return _table(buffer, jnp.stack([jnp.zeros_like(lag), lag]), False)
+
+
+# --------------------------------------------------------------------------------------
+# Each env's own version (one forward per env)
+# --------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class EnvVersions:
+    """Each env's acting version, gathered from the ring once per rollout.
+
+    Attributes:
+      buffer: the :class:`VersionBuffer` it was gathered from (mid-rollout switches re-gather
+        from it at every step).
+      params: pytree, leaves [B, *leaf_shape]: env b's version at the start of the rollout.
+      newest: the newest version's plain params (lag 0; pi_k of the learner).
+      lag: int32 [B] each env's (capped) lag at the start of the rollout.
+    """
+
+    buffer: VersionBuffer
+    params: Any
+    newest: Any
+    lag: Array
+
+
+def env_versions(buffer: VersionBuffer, lags: Array) -> EnvVersions:
+    """Gather env b's version ``lags[b]`` updates old (capped by the versions pushed) with one
+    ``jnp.take`` per leaf on the ring's slots: memory O(B x params). On a mesh the ring is
+    replicated and the lags env-sharded, so the gather is local to each device."""
+    chex.assert_rank(lags, 1)
+    lags = jnp.clip(jnp.asarray(lags, jnp.int32), 0, available(buffer) - 1)
+    return EnvVersions(buffer=buffer, params=gather(buffer, lags), newest=get(buffer, 0),
+                       lag=lags)
+
+
+ROLLOUT_PATHS = ("table", "common", "per_env")
+# (B x params floats, K from which the per-env path is cheaper) on CPU, measured (docstring)
+_PER_ENV_FROM = ((1 << 20, 4), (None, 16))
+
+
+def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
+                law_fixed: bool, switch_every: int) -> str:
+    """How a lagged rollout evaluates the actor (static; one choice per compiled program).
+
+    * ``"common"`` (:func:`common_table`): every env has the same lag (a ``fixed:L`` law and
+      no mid-rollout switch): the newest and the common version, 2 x B rows per step.
+    * ``"table"`` (:func:`lag_table`): the actor once per lag 0..V-1 on the whole batch:
+      V x B rows per step, memory O(V x params); serves every law, switches included.
+    * ``"per_env"`` (:func:`env_versions`): one forward per env with its own version (a
+      batched matvec) plus the newest's plain forward over B rows: memory O(B x params);
+      serves every law, switches included (then re-gathered from the ring at every step).
+
+    Every path draws each env's lag iid from the law (no grouping or stratification), so
+    the choice moves float bits only, never the law.
+
+    Rule (CPU, measured with ``experiments/rollout_paths.py micro``, actor 4-64-64-2, T = 128,
+    B in {4, 64, 512, 4096}, K in {2, 4, 8, 32}, 2026-12-02): the per-env forward is a
+    matvec per env whose cost grows with B x params faster than the table's matmul once the
+    per-env copies leave the cache; per-env / table CPU time was 0.85 / 0.98 / 1.92 at K = 4
+    and 0.26 / 0.58 / 0.99 at K = 8 (B = 4 / 64 / 512), 0.13-0.26 at K = 32; at B = 4096
+    4.8 (K = 2), 1.19 (K = 8), 0.47 (K = 16). The whole trainer at 512 envs, uniform:7, ran
+    at 0.82 / 0.79 of sync per env vs 0.90 / 0.84 with the table (two passes, CPU time), so
+    the tie at B = 512, K = 8 goes to the table. Re-gathering at every step (switches) costs
+    1.5-2.1x the table at K = 8 and 0.38-0.47x at K = 32. So on CPU: ``per_env`` when K >= 4
+    and B x params <= 2^20 floats (4 MiB), or K >= 16; twice that K under mid-rollout
+    switches; ``table`` otherwise. Other backends: ``table`` (O(V x params) memory, the
+    accelerator layout of issue 22; not measured here: no accelerator was lent to this).
+    """
+    if num_envs < 1 or num_versions < 1 or num_params < 1:
+        raise ValueError(f"choose_path: sizes must be >= 1, got num_envs={num_envs}, "
+                         f"num_versions={num_versions}, num_params={num_params}")
+    if law_fixed and switch_every <= 0:
+        return "common"
+    if backend != "cpu":
+        return "table"
+    size = num_envs * num_params
+    k_min = next(k for bound, k in _PER_ENV_FROM if bound is None or size <= bound)
+    if switch_every > 0:
+        k_min *= 2
+    return "per_env" if num_versions >= k_min else "table"
+
+
+def num_params(buffer: VersionBuffer) -> int:
+    """Parameters of one version in the ring."""
+    return sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(buffer.params))
+
+
+def acting_actor(buffer: VersionBuffer, lags: Array, *, num_lags: Optional[int] = None,
+                 common_lag: Optional[Array] = None, switch_every: int = 0,
+                 path: str = "auto") -> "VersionTable | EnvVersions":
+    """What ``rollout.rollout`` acts with for per-env ``lags`` [B] (capped here).
+
+    ``common_lag``: the one lag every env has (a ``fixed:L`` law, traced or not), or None.
+    ``path``: one of :data:`ROLLOUT_PATHS`, or ``"auto"`` (:func:`choose_path` on B, the
+    ring's ``num_lags`` (default: all slots), its parameter count and the default backend).
+    """
+    lags = cap_lags(jnp.asarray(lags, jnp.int32), available(buffer))
+    if path == "auto":
+        path = choose_path(lags.shape[0], buffer.num_versions if num_lags is None else num_lags,
+                           num_params(buffer), jax.default_backend(), common_lag is not None,
+                           switch_every)
+    if path == "common":
+        if common_lag is None or switch_every > 0:
+            raise ValueError("the common path needs one lag for every env (common_lag) and "
+                             "no mid-rollout switch")
+        return common_table(buffer, cap_lags(common_lag, available(buffer)))
+    if path == "table":
+        return lag_table(buffer, num_lags)
+    if path == "per_env":
+        return env_versions(buffer, lags)
+    raise ValueError(f"rollout path must be 'auto' or one of {ROLLOUT_PATHS}, got {path!r}")

@@ -16,10 +16,17 @@ environments. Each step records, time-major ``[T, B, ...]``:
 * ``log_pi_all`` [T, B, A]: log-probs of the newest actor version (the learner's pi_k at
   temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here;
   logging it avoids a second forward pass and makes lag-0 log-ratios exactly zero (an env
-  at lag 0 reads its behaviour logits from the newest version's row: the same bits);
+  at lag 0 reads its behaviour logits from the newest version's row, or under the per-env
+  path the newest's plain forward: the same bits);
 * ``lag`` / ``version``: how many updates old the acting parameters were and their id;
 * ``episode_return`` / ``episode_length`` of episodes that ended at t (0 elsewhere);
 * optionally ``env_state`` (the full gymnax state at s_t) for Monte-Carlo ground truth.
+
+The lagged actor runs one of three ways (``lag.acting_actor`` / ``lag.choose_path``): once
+per version on the whole batch (:func:`versioned_logits` over a ``lag.VersionTable``: V x B
+forwards per step, memory O(V x params)) or once per env with its own version
+(:func:`per_env_logits` over ``lag.EnvVersions``: B per-env forwards plus the newest's plain
+forward, memory O(B x params)). Synchronous rollouts (plain params) run one plain forward.
 
 Time-limit detection: gymnax >= 1.0 returns ``terminated`` and ``truncated`` from
 ``env.step``; older gymnax merges them in ``done``. For the old API we detect the cut from the
@@ -180,6 +187,18 @@ def versioned_logits(apply_fn: ApplyFn, table: lag_lib.VersionTable, rows: Array
     return behaviour, logits[0]
 
 
+def per_env_logits(apply_fn: ApplyFn, newest: Any, env_params: Any, lags: Array,
+                   obs: Array) -> tuple[Array, Array]:
+    """Behaviour and newest-version logits [B, A]: env b's own version (``env_params``,
+    leaves [B, ...]) by one forward per env (``vmap`` over (params, obs): a batched matvec,
+    memory O(B x params)), the newest by one plain forward over the batch. Envs at lag 0 take
+    the newest's logits (``jnp.where``): the per-env kernel rounds differently, and lag 0
+    must give the very bits of the target logits, so their log-ratios are exactly 0."""
+    target = apply_fn(newest, obs)
+    own = jax.vmap(apply_fn)(env_params, obs)
+    return jnp.where((lags == 0)[:, None], target, own), target
+
+
 def rollout(
     env,
     env_params: Any,
@@ -209,11 +228,14 @@ def rollout(
         :class:`~vccc_jax.envs.lag.VersionBuffer` (env b acts with the version ``lags[b]``
         updates old, capped by the versions pushed so far; the actor runs once per version
         in ``lag.lag_table(actor, num_lags)``) or a :class:`~vccc_jax.envs.lag.VersionTable`
-        (the versions to run, e.g. ``lag.common_table`` when every env has the same lag).
+        (the versions to run, e.g. ``lag.common_table`` when every env has the same lag),
+        or a :class:`~vccc_jax.envs.lag.EnvVersions` (each env's own version, one forward
+        per env: :func:`per_env_logits`). ``lag.acting_actor`` picks one of the last three.
       carry: :class:`EnvCarry` with B envs.
       key: jax.random key.
       num_steps: static T.
-      lags: int [B], required with a VersionBuffer or VersionTable.
+      lags: int [B], required with a VersionBuffer or VersionTable (ignored with
+        EnvVersions, which carries the lags it was gathered for).
       num_lags: static rows of the lag table built from a VersionBuffer (default: all K
         slots); every lag must be < num_lags.
       switch_every, switch_stride: mid-rollout switches (see :func:`lag.switch_lags`).
@@ -233,8 +255,11 @@ def rollout(
     the log-ratio is exactly 0 and every correction reduces to its uncorrected form there.
     """
     num_envs = carry.obs.shape[0]
+    per_env = isinstance(actor, lag_lib.EnvVersions)
     versioned = isinstance(actor, (lag_lib.VersionBuffer, lag_lib.VersionTable))
-    if versioned:
+    if per_env:
+        lags = actor.lag
+    elif versioned:
         if lags is None:
             raise ValueError("lags [num_envs] is required when actor is a VersionBuffer "
                              "or a VersionTable")
@@ -252,7 +277,14 @@ def rollout(
     def one_step(state: EnvCarry, xs):
         t, step_key = xs
         k_act, k_env = jax.random.split(step_key)
-        if versioned:
+        if per_env:
+            lag_t = lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)
+            params_t = (actor.params if switch_every <= 0  # else re-gathered at every step
+                        else lag_lib.gather(actor.buffer, lag_t))
+            logits_mu, logits_pi = per_env_logits(apply_fn, actor.newest, params_t, lag_t,
+                                                  state.obs)
+            version = actor.buffer.version - lag_t
+        elif versioned:
             rows = (fixed_rows if switch_every <= 0 else actor.rows(
                 lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)))
             logits_mu, logits_pi = versioned_logits(apply_fn, actor, rows, state.obs)

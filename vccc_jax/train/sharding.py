@@ -244,8 +244,8 @@ def check_divisible(num_envs: int, mesh: Mesh, num_seeds: Optional[int] = None) 
 def learner_constrain(mesh: Mesh, minibatch_size: Optional[int] = None):
     """The ``Setup.constrain`` hook: pins the rollout ("traj", leaves [T, B, ...]) to
     P(None, "data"), every minibatch ("minibatch", leaves [mb, ...]) to P("data") and the
-    versions the rollout acts with ("rollout_actor") to replicated (gathered once per update,
-    before the env-step loop), so the learner's forward/backward runs split over "data" and
+    ring the rollout reads its versions from ("rollout_actor") to replicated (gathered once
+    per update, before the env-step loop; ``lag.acting_actor`` then reads it device-locally), so the learner's forward/backward runs split over "data" and
     the compiler reduces the gradients with one all-reduce per minibatch. A minibatch that
     "data" does not divide is left to the partitioner. Other names pass through unchanged.
     Inside ``vmap(..., spmd_axis_name="seed")`` each spec gets the seed axis in front.

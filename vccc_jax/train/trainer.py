@@ -124,20 +124,19 @@ def update(setup: Setup, values: GridValues, state: TrainState, idx: Array
 
 def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_carry, key,
                  idx, k_lag=None):
-    """One rollout. The actor runs once per VERSION it acts with (``lag.VersionTable``:
-    the newest and the common lag under ``fixed:L``, else lags 0..K-1), never per env.
-    ``k_lag`` None: every env at lag 0."""
+    """One rollout; ``lag.acting_actor`` picks how the actor runs (``lag.choose_path``: one
+    forward per version, or per env from a gather of the ring). ``k_lag`` None: every env at
+    lag 0."""
     cfg = setup.cfg
     if versions is not None:
         avail = jnp.minimum(lag_lib.available(versions), setup.num_versions)
         lags = (jnp.zeros((cfg.num_envs,), jnp.int32) if k_lag is None else
                 sample_lags(setup, values, k_lag, avail, idx))
-        if setup.law.kind == "fixed" and cfg.switch_every <= 0:  # one lag for all envs
-            lag = 0 if k_lag is None else values.lag
-            table = lag_lib.common_table(versions, lag_lib.cap_lags(lag, avail))
-        else:
-            table = lag_lib.lag_table(versions, setup.num_versions)
-        actor_for_rollout = setup.constrain("rollout_actor", table)
+        common = setup.law.kind == "fixed" and cfg.switch_every <= 0  # one lag for all envs
+        actor_for_rollout = lag_lib.acting_actor(
+            setup.constrain("rollout_actor", versions), lags, num_lags=setup.num_versions,
+            common_lag=(0 if k_lag is None else values.lag) if common else None,
+            switch_every=cfg.switch_every)
     else:
         lags, actor_for_rollout = None, setup.constrain("rollout_actor", actor_params)
     return rollout_lib.rollout(

@@ -1,0 +1,167 @@
+"""The lagged rollout's actor paths (issue 28 §1): per env, lag table, common table.
+
+Every path must act with the version the lags say (checked against a float64 NumPy forward of
+that version), give the same actions as the lag table for the same key, and keep lag 0
+exactly on-policy (log-ratio bit-exactly 0)."""
+
+import functools
+
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vccc_jax.envs import lag as lag_lib
+from vccc_jax.envs import rollout as rollout_lib
+from vccc_jax.train.networks import Actor
+
+T, K = 12, 4
+LAGS = np.array([0, 1, 2, 3, 0, 2], np.int32)  # B = 6 envs, two at lag 0
+B = LAGS.shape[0]
+
+
+def _np_logits(params, obs):
+    """The actor in float64 NumPy: tanh MLP, linear head."""
+    p = params["params"]
+    x = np.asarray(obs, np.float64)
+    for i in range(len(p) - 1):
+        x = np.tanh(x @ np.asarray(p[f"Dense_{i}"]["kernel"], np.float64)
+                    + np.asarray(p[f"Dense_{i}"]["bias"], np.float64))
+    last = p[f"Dense_{len(p) - 1}"]
+    return x @ np.asarray(last["kernel"], np.float64) + np.asarray(last["bias"], np.float64)
+
+
+def _np_log_softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """CartPole, K = 4 clearly different versions (scaled weights), all pushed."""
+    env, env_params = gymnax.make("CartPole-v1")
+    net = Actor(2, (16,))
+    keys = jax.random.split(jax.random.PRNGKey(0), K)
+    versions = [jax.tree_util.tree_map(lambda x: 30.0 * x, net.init(k, jnp.zeros((1, 4))))
+                for k in keys]
+    buf = lag_lib.init_buffer(versions[0], K)
+    for p in versions[1:]:
+        buf = lag_lib.push(buf, p)
+    carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), B)
+
+    @functools.partial(jax.jit, static_argnames=("path", "switch_every"))
+    def run(buf, lags, path, switch_every=0):
+        actor = lag_lib.acting_actor(buf, lags, switch_every=switch_every, path=path)
+        return rollout_lib.rollout(env, env_params, net.apply, actor, carry,
+                                   jax.random.PRNGKey(2), num_steps=T, lags=lags,
+                                   switch_every=switch_every, switch_stride=1)[1]
+
+    return net, versions, buf, run
+
+
+def _log_rho(traj):
+    log_pi = jnp.take_along_axis(traj.log_pi_all, traj.action[..., None], -1)[..., 0]
+    return np.asarray(log_pi - traj.log_mu)
+
+
+def _check_against_numpy(net, versions, traj, newest):
+    """log mu = log_softmax of the recorded version's float64 forward; log pi = newest's."""
+    obs = np.asarray(traj.obs)
+    for t in range(T):
+        for b in range(B):
+            ref = _np_log_softmax(_np_logits(versions[int(traj.version[t, b])], obs[t, b]))
+            np.testing.assert_allclose(traj.log_mu_all[t, b], ref, atol=2e-5)
+            ref_pi = _np_log_softmax(_np_logits(versions[newest], obs[t, b]))
+            np.testing.assert_allclose(traj.log_pi_all[t, b], ref_pi, atol=2e-5)
+
+
+@pytest.mark.parametrize("switch_every", [0, 3])
+def test_per_env_path_acts_like_the_table_with_exact_lag_zero(setup, switch_every):
+    """Same key: the per-env path records exactly the table's lags and versions (lag_t =
+    max(lag_0 - floor(t / m), 0) under switches every m steps), the same actions, log-probs
+    equal to float32 rounding and to a float64 forward of the recorded version, and
+    log-ratio bit-exactly 0 wherever the lag is 0."""
+    net, versions, buf, run = setup
+    lags = jnp.asarray(LAGS)
+    per_env = run(buf, lags, "per_env", switch_every)
+    table = run(buf, lags, "table", switch_every)
+    hops = (np.arange(T)[:, None] // switch_every) if switch_every else 0
+    want_lag = np.maximum(LAGS[None, :] - hops, 0) * np.ones((T, 1), np.int32)
+    np.testing.assert_array_equal(per_env.lag, want_lag)
+    np.testing.assert_array_equal(table.lag, want_lag)
+    np.testing.assert_array_equal(per_env.version, K - 1 - want_lag)
+    np.testing.assert_array_equal(table.version, K - 1 - want_lag)
+    np.testing.assert_array_equal(per_env.action, table.action)
+    np.testing.assert_allclose(per_env.log_mu_all, table.log_mu_all, atol=1e-5)
+    np.testing.assert_allclose(per_env.log_pi_all, table.log_pi_all, atol=1e-5)
+    _check_against_numpy(net, versions, per_env, K - 1)
+    rho = _log_rho(per_env)
+    at0 = want_lag == 0
+    assert at0.sum() >= 2 * T and (~at0).sum() >= T  # both cases occur
+    assert np.all(rho[at0] == 0.0)  # bit-exact at lag 0
+    assert np.all(np.abs(rho[~at0]) > 0)
+
+
+def test_per_env_path_caps_lags_by_the_versions_pushed(setup):
+    """After 2 pushes (3 versions) lag 3 reads the oldest available version (id 0)."""
+    net, versions, _, run = setup
+    buf = lag_lib.init_buffer(versions[0], K)
+    for p in versions[1:3]:
+        buf = lag_lib.push(buf, p)
+    traj = run(buf, jnp.asarray(LAGS), "per_env")
+    want = np.minimum(LAGS, 2)
+    np.testing.assert_array_equal(traj.lag, np.broadcast_to(want, (T, B)))
+    np.testing.assert_array_equal(traj.version, np.broadcast_to(2 - want, (T, B)))
+    _check_against_numpy(net, versions, traj, 2)
+    assert np.all(_log_rho(traj)[:, want == 0] == 0.0)
+
+
+def test_acting_actor_paths_and_errors(setup):
+    _, _, buf, _ = setup
+    lags = jnp.asarray(LAGS)
+    per_env = lag_lib.acting_actor(buf, lags, path="per_env")
+    assert isinstance(per_env, lag_lib.EnvVersions)
+    np.testing.assert_array_equal(per_env.lag, LAGS)
+    common = lag_lib.acting_actor(buf, jnp.full((B,), 2), common_lag=2, path="common")
+    assert isinstance(common, lag_lib.VersionTable) and common.num_rows == 2
+    np.testing.assert_array_equal(common.version, [K - 1, K - 3])
+    table = lag_lib.acting_actor(buf, lags, path="table", num_lags=3)
+    assert table.num_rows == 3
+    with pytest.raises(ValueError, match="rollout path must be"):
+        lag_lib.acting_actor(buf, lags, path="grouped")
+    with pytest.raises(ValueError, match="common path needs"):
+        lag_lib.acting_actor(buf, lags, path="common")
+    with pytest.raises(ValueError, match="common path needs"):
+        lag_lib.acting_actor(buf, lags, path="common", common_lag=1, switch_every=2)
+
+
+P = 4610  # CartPole actor 4-64-64-2
+
+
+@pytest.mark.parametrize("B,K,params,backend,fixed,switch,want", [
+    (512, 32, P, "cpu", True, 0, "common"),       # fixed:L, no switch: 2 rows
+    (512, 32, P, "gpu", True, 0, "common"),
+    (4, 2, P, "cpu", True, 3, "table"),           # fixed:L with switches: lags differ in time
+    (4, 2, P, "cpu", False, 0, "table"),          # K < 4
+    (4, 4, P, "cpu", False, 0, "per_env"),        # B x params = 18,440 <= 2^20
+    (227, 4, P, "cpu", False, 0, "per_env"),      # 1,046,470 <= 2^20 = 1,048,576
+    (228, 4, P, "cpu", False, 0, "table"),        # 1,051,080 > 2^20: needs K >= 16
+    (512, 8, P, "cpu", False, 0, "table"),
+    (512, 15, P, "cpu", False, 0, "table"),
+    (512, 16, P, "cpu", False, 0, "per_env"),
+    (4096, 32, P, "cpu", False, 0, "per_env"),
+    (64, 4, P, "cpu", False, 2, "table"),         # switches: twice the K
+    (64, 8, P, "cpu", False, 2, "per_env"),
+    (512, 16, P, "cpu", False, 2, "table"),
+    (512, 32, P, "cpu", False, 2, "per_env"),
+    (4, 32, P, "gpu", False, 0, "table"),         # other backends: the table
+    (4, 32, P, "tpu", False, 2, "table"),
+])
+def test_choose_path_rule(B, K, params, backend, fixed, switch, want):
+    assert lag_lib.choose_path(B, K, params, backend, fixed, switch) == want
+
+
+def test_choose_path_rejects_empty_sizes():
+    with pytest.raises(ValueError, match="num_envs=0"):
+        lag_lib.choose_path(0, 8, P, "cpu", False, 0)
