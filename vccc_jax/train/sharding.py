@@ -11,11 +11,13 @@ on one mesh):
   statistics (the ``TrainState.env`` carry), and inside the step the trajectories (the
   ``constrain`` hook of ``train.setup.Setup`` pins them to P(None, "data")) and every learner minibatch
   (P("data")). Per-env quantities stay on the env axis with their env: the rollout runs the
-  actor once per version on the whole local batch (``envs.rollout.versioned_logits``), so
-  NOTHING is communicated inside the env-step loop, and learner minibatches shuffle each
-  env's own steps (``learner.env_minibatches``), so the learner's only collective is one
-  all-reduce of the gradients per minibatch (params agree with one device to float32
-  rounding, not bit for bit: the gradient sums are reordered);
+  actor once per version on the whole local batch or per env from a device-local gather of
+  the replicated ring (``envs.lag.acting_actor``), so NOTHING is communicated inside the
+  env-step loop, and learner minibatches shuffle each env's own steps
+  (``learner.env_minibatches``): the learner's collectives are one gradient all-reduce per
+  minibatch, two per epoch (advantage statistics) and the metrics' per update (counted in
+  docs/scaling.md; params agree with one device to float32 rounding, not bit for bit: the
+  gradient sums are reordered);
 * actor / critic params and optimiser states replicated over "data" (default) or FSDP:
   the largest dimension of every leaf divisible by the data size goes over ``"data"``
   (gradients are then reduce-scattered and params all-gathered per minibatch);
