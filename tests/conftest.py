@@ -33,6 +33,7 @@ HEAVY_FIRST = (
     "tests/train/test_conformance.py",
     "tests/verify/test_adapters.py",
     "tests/train/test_checkpoint_kill.py",
+    "tests/train/test_chunked_runs.py",  # split from test_sharding.py (in-process part)
     "tests/verify/test_injected_bugs.py",
     "tests/runs/test_launch.py",
     "tests/runs/test_resume.py",
