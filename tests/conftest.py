@@ -30,6 +30,7 @@ HEAVY_FIRST = (
     "tests/tabular/test_async_ac.py",
     "tests/verify/test_byo.py",
     "tests/train/test_trainer.py",
+    "tests/train/test_chunked_runs.py",  # in-process part of test_sharding.py (42 CPU-s)
     "tests/train/test_conformance.py",
     "tests/verify/test_adapters.py",
     "tests/train/test_checkpoint_kill.py",

@@ -136,55 +136,6 @@ def test_bench_scale_counts_executed_collectives_and_speed_ups():
     assert b.defaults()["envs_per_device"] >= 1024 and b.defaults()["steps"] == 128
 
 
-# -- in-process: a run in chunks is the run in one piece, update by update (issue 27) ---
-
-TRACE = (0, 2, 1, 0, 1)
-CHUNKED = TrainConfig(env="tabular:family=garnet,S=5,A=3,gamma=0.9,seed=2", gamma=0.9, num_envs=4,
-                      num_steps=8, num_minibatches=2, update_epochs=1, hidden=8, num_layers=1,
-                      lag="trace:" + ",".join(map(str, TRACE)), gt_every=2, polyak=0.1,
-                      total_timesteps=4 * 8 * 5)
-
-
-def _chunks(train, state, n):
-    """``n`` calls of ``train(state, 1)``: metrics stacked [n, seeds, ...]."""
-    parts = []
-    for _ in range(n):
-        state, m = train(state, 1)
-        parts.append(jax.device_get(m))
-    return state, jax.tree_util.tree_map(lambda *x: np.concatenate(x), *parts)
-
-
-@pytest.mark.parametrize("num_seeds", [1, 2])
-def test_chunked_runs_equal_one_run_at_every_update(num_seeds):
-    """5 updates in one call vs 5 calls of one update, on the plain trainer and on a (1, 1)
-    mesh (``ShardedTrainer``, the start index read from the state): every metric at every
-    update is the same, bit for bit, and so is the final state. The run depends on the update
-    index through the trace lag law (env b at update k acts at lag min(trace[(k B + b) mod 5],
-    k)) and the ground-truth cadence (exact truth at updates k with (k + 1) mod 2 = 0), both
-    checked against that brute-force schedule, so a scan that restarts its index at 0 in every
-    chunk fails."""
-    cfg = CHUNKED.replace(num_seeds=num_seeds)
-    tr = Trainer(cfg)
-    init = jax.device_get(tr.init())
-    whole_state, whole = jax.device_get(tr.train(init, 5))
-    B, T, n = cfg.num_envs, cfg.num_steps, 5
-    for k in range(n):  # the brute-force schedule
-        lags = [min(TRACE[(k * B + b) % len(TRACE)], k) for b in range(B)]
-        np.testing.assert_array_equal(whole["count_by_lag"][k], np.broadcast_to(
-            T * np.bincount(lags, minlength=3), (num_seeds, 3)), err_msg=f"update {k}")
-        assert np.all(np.isfinite(whole["exact_err_pi"][k])) == ((k + 1) % 2 == 0), k
-    mesh = sh.ShardedTrainer(tr, sh.make_mesh((1, 1)))
-    runs = {"plain": _chunks(tr.train, init, n),
-            "1x1": _chunks(mesh.train, jax.device_put(init, mesh.shardings), n)}
-    for name, (state, metrics) in runs.items():
-        assert set(metrics) == set(whole)
-        for k in whole:
-            np.testing.assert_array_equal(metrics[k], whole[k], err_msg=f"{name}: {k}")
-        for a, b in zip(jax.tree_util.tree_leaves(jax.device_get(state)),
-                        jax.tree_util.tree_leaves(whole_state)):
-            np.testing.assert_array_equal(a, b, err_msg=name)
-
-
 # -- subprocess: one device vs meshes, checkpoint across meshes ------------------------
 
 
