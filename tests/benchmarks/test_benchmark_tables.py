@@ -86,3 +86,41 @@ def test_continuous_rows_and_footer_target():
                train.Timing("sync-gae", 1.0, 2.0, 200_000, 0.0, cpu_s=4.0)]
     text = train.footer(timings, ref_target=1.0)
     assert "sync-gae vs reference: 2.00x (target >= 1.0x); in CPU time 0.50x" in text
+
+
+def test_cold_compile_ignores_a_cache_that_holds_the_program(tmp_path):
+    """`vccc bench train --grid`'s compile column is a real compile even when `vccc`'s
+    persistent cache already holds the program (it once read 0.5 s for cached programs):
+    the control load from the same cache is a hit, compile_cold is not."""
+    import types
+
+    import jax
+    import jax.numpy as jnp
+
+    from vccc_jax.train import compile_cache as cc
+
+    def f(x):
+        return jnp.cos(x) * 5.0 - jnp.cumsum(x)
+
+    def fresh():  # the same code as a new function object: jit's in-memory caches miss
+        return types.FunctionType(f.__code__, f.__globals__, f.__name__, None, f.__closure__)
+
+    x = jnp.arange(5.0)
+    hits = []
+
+    def listen(event, **_):
+        if event == train._HIT:
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        with cc.using(tmp_path):
+            train._compile(fresh(), (x,))  # written to the cache
+            train._compile(fresh(), (x,))
+            assert len(hits) == 1  # control: a plain compile loads it back
+            compiled, seconds = train.compile_cold(fresh(), (x,))
+            assert len(hits) == 1 and seconds > 0
+            assert jax.config.jax_compilation_cache_dir == str(tmp_path)  # restored
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+    assert jnp.allclose(compiled(x), f(x))

@@ -258,6 +258,16 @@ def _compile(fn, args):
     return compiled, time.perf_counter() - t0
 
 
+def compile_cold(fn, args) -> tuple[object, float]:
+    """(executable, seconds) of ``jax.jit(fn).lower(*args).compile()`` with JAX's persistent
+    cache off: a real compile even when an earlier run (``vccc`` keeps the cache on) wrote
+    this program to the user's cache."""
+    from vccc_jax.train.compile_cache import using
+
+    with using(None):
+        return _compile(fn, args)
+
+
 _HIT = "/jax/compilation_cache/cache_hits"
 
 
@@ -298,7 +308,7 @@ def prepare_reference(seeds: int, timesteps: int, num_envs: int = 4,
         keys = jax.random.split(jax.random.PRNGKey(0), seeds)
         fn, args = jax.vmap(train), (keys, jax.jit(lambda k: jax.lax.map(init, k))(keys))
     compiled, compile_s, warm_s = compile_cold_warm(fn, args) if warm else (
-        *_compile(fn, args), None)
+        *compile_cold(fn, args), None)
 
     def final(out):
         info = out["metrics"]
@@ -328,7 +338,7 @@ def prepare_trainer(name: str, seeds: int, timesteps: int, warm: bool = True,
         return train_scan(trainer.setup, s, jnp.asarray(0, jnp.int32), n, values)
 
     compiled, compile_s, warm_s = compile_cold_warm(run, (state,)) if warm else (
-        *_compile(run, (state,)), None)
+        *compile_cold(run, (state,)), None)
 
     def final(out):
         return float(np.nanmean(np.asarray(out[1]["return"])[-10:]))
