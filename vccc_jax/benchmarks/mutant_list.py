@@ -27,6 +27,17 @@ _TRAINER = ("tests/train/test_conformance.py", "tests/train/test_trainer_envs.py
 _BYO = ("tests/verify/test_byo.py",)
 
 MUTANTS = (
+    # ---------------------------------------------------------------- issue 28: per-env rollout
+    Mutant("rollout-per-env-lag0-where", "vccc_jax/envs/rollout.py",
+           "return jnp.where((lags == 0)[:, None], target, own), target",
+           "return jnp.where((lags == 1)[:, None], target, own), target",
+           "lag-1 envs act with the newest version; lag-0 log-ratios no longer exactly 0",
+           "i28"),
+    Mutant("lag-env-versions-slot", "vccc_jax/envs/lag.py",
+           "params=gather(buffer, lags), newest=get(buffer, 0),",
+           "params=gather(buffer, lags + 1), newest=get(buffer, 0),",
+           "every per-env version one update older than its logged lag", "i28",
+           ("tests/envs/test_rollout_paths.py",)),
     # ---------------------------------------------------------------- issue 27's table
     Mutant("learner-log-rhos-sign", "vccc_jax/train/learner.py",
            "log_rhos=log_pi_old - log_mu,", "log_rhos=log_mu - log_pi_old,",
