@@ -67,7 +67,8 @@ MUTANTS = (
            "PS-PPO loss normalised by kept steps: a biased gradient", "issue 27"),
     Mutant("polyak-swapped", "vccc_jax/train/trainer.py",
            "lambda t, p: (1.0 - tau) * t + tau * p", "lambda t, p: tau * t + (1.0 - tau) * p",
-           "the target critic barely moves (tests use tau = 0.5 only)", "issue 27"),
+           "the target critic barely moves (tests use tau = 0.5 only)", "issue 27",
+           ("tests/train/test_chunked_runs.py",)),
     Mutant("minibatch-contiguous", "vccc_jax/train/learner.py",
            "x = x.reshape((T * n // num_minibatches, num_minibatches) + x.shape[2:])",
            "x = jnp.swapaxes(x.reshape((num_minibatches, T * n // num_minibatches)"
@@ -86,7 +87,7 @@ MUTANTS = (
     Mutant("sharded-scan-offset", "vccc_jax/train/trainer.py",
            "s, m = update(setup, values, s, start + i)", "s, m = update(setup, values, s, i)",
            "chunked / resumed runs replay the lag-law and ground-truth cadence from 0",
-           "issue 27"),
+           "issue 27", ("tests/train/test_chunked_runs.py",)),
     # ---------------------------------------------------------------- added here: train/
     Mutant("adv-normalise-wrong-axis", "vccc_jax/train/learner.py",
            "mean = jnp.mean(adv, axis=1, keepdims=True)",
