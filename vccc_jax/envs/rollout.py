@@ -283,7 +283,7 @@ def rollout(
                         else lag_lib.gather(actor.buffer, lag_t))
             logits_mu, logits_pi = per_env_logits(apply_fn, actor.newest, params_t, lag_t,
                                                   state.obs)
-            version = actor.buffer.version - lag_t
+            version = lag_lib.version_ids(actor.buffer, lag_t)
         elif versioned:
             rows = (fixed_rows if switch_every <= 0 else actor.rows(
                 lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)))
