@@ -1,12 +1,14 @@
 """Statistical equivalence of two trainer versions (issue 22 §1: the rollout / learner layout
 change may move float32 results, so it is checked over seeds instead of bit for bit; issue 28
-§1: the per-env rollout path, configs uniform:7 / vccc and uniform:31 / vtrace).
+§1: the per-env rollout path, configs uniform:7 / vccc and uniform:31 / vtrace at 8 envs, then
+the sorted path, the same laws at 64 and 256 envs: ``--configs sorted``).
 
 Run the same configs with each version's interpreter (each venv imports its own vccc_jax),
 then compare:
 
     /work/main/.venv/bin/python experiments/layout_equivalence.py run --out /tmp/eq_main.npz
     .venv/bin/python experiments/layout_equivalence.py run --out /tmp/eq_branch.npz
+    (``--configs sorted``: only the configs whose rollout takes the sorted path)
     .venv/bin/python experiments/layout_equivalence.py compare /tmp/eq_main.npz /tmp/eq_branch.npz
 
 ``run`` trains, for every config of :data:`STAT_CONFIGS`, ``num_seeds`` seeds (the same seed
@@ -38,25 +40,35 @@ STAT_CONFIGS = {  # name -> TrainConfig fields (issue 28 §1: non-fixed laws, wh
     "uniform31_vtrace": dict(_COMMON, lag="uniform:31", num_versions=32, critic="vtrace",
                              total_timesteps=UPDATES * 8 * 32),
 }
+SORTED_UPDATES = 100  # the sorted path: envs >= 8 K (lag.choose_path)
+SORTED_CONFIGS = {
+    "uniform7_vccc_64envs": dict(_COMMON, lag="uniform:7", num_versions=8, num_envs=64,
+                                 total_timesteps=SORTED_UPDATES * 64 * 32),
+    "uniform31_vtrace_256envs": dict(_COMMON, lag="uniform:31", num_versions=32,
+                                     critic="vtrace", num_envs=256,
+                                     total_timesteps=SORTED_UPDATES * 256 * 32),
+}
 STATE_UPDATES = 5
 STATE_CONFIG = dict(_COMMON, lag="uniform:7", num_versions=8, num_minibatches=1, num_seeds=2,
                     total_timesteps=STATE_UPDATES * 8 * 32)
 
 
-def _run(out: str) -> None:
+def _run(out: str, configs: str = "per_env") -> None:
     import jax
 
     from vccc_jax.train.trainer import TrainConfig, Trainer
 
     res = {}
-    for name, fields in STAT_CONFIGS.items():
+    for name, fields in (STAT_CONFIGS if configs == "per_env" else SORTED_CONFIGS).items():
         tr = Trainer(TrainConfig(**fields))
         _, m = tr.train(tr.init())
         m = jax.device_get(m)
         for k in ("return", "critic_loss"):
             res[f"{name}/{k}"] = np.asarray(m[k], np.float64).reshape(tr.num_updates, -1)
         print(name, "done", file=sys.stderr, flush=True)
-    tr = Trainer(TrainConfig(**STATE_CONFIG))
+    state_cfg = STATE_CONFIG if configs == "per_env" else dict(STATE_CONFIG, num_envs=64,
+                                                               total_timesteps=5 * 64 * 32)
+    tr = Trainer(TrainConfig(**state_cfg))
     st, _ = tr.train(tr.init())
     leaves = jax.tree_util.tree_leaves((st.actor_params, st.critic_params))
     res["state"] = np.concatenate([np.asarray(x, np.float64).ravel() for x in leaves])
@@ -106,12 +118,13 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
+    r.add_argument("--configs", choices=("per_env", "sorted"), default="per_env")
     c = sub.add_parser("compare")
     c.add_argument("main")
     c.add_argument("branch")
     args = p.parse_args(argv)
     if args.cmd == "run":
-        _run(args.out)
+        _run(args.out, args.configs)
     else:
         _compare(args.main, args.branch)
     return 0

@@ -9,8 +9,9 @@ CPU time (the machine is shared: compare CPU-time ratios; the load is printed):
            observations carried (so nothing is hoisted). Rows per (B, K): ``plain`` (sync:
            one forward), ``table`` (``rollout.versioned_logits`` over ``lag.lag_table``: K x B
            rows), ``per_env`` (``rollout.per_env_logits`` on ``lag.env_versions``, gathered
-           once) and ``per_env_switch`` (re-gathered at every step, as under mid-rollout
-           switches). Ratios are CPU time relative to ``table``.
+           once), ``per_env_switch`` (re-gathered at every step, as under mid-rollout
+           switches) and ``sorted`` (``rollout.sorted_logits`` on ``lag.sorted_versions``,
+           chunk ``lag.sort_chunk``). Ratios are CPU time relative to ``table``.
 ``train``  the whole trainer (``benchmarks.train.prepare_trainer`` / ``time_rows``): rows
            sync-gae (fixed:0, K = 1), lag8-vccc (uniform:7, K = 8, vccc critic) and
            lag32-vtrace (uniform:31, K = 32, vtrace critic) at each ``--envs`` size, x 128
@@ -20,6 +21,13 @@ CPU time (the machine is shared: compare CPU-time ratios; the load is printed):
 
     .venv/bin/python experiments/rollout_paths.py micro --envs 4,64,512,4096 --versions 2,4,8,32
     .venv/bin/python experiments/rollout_paths.py train --envs 4,64,512 --timesteps 65536
+    XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
+      .venv/bin/python experiments/rollout_paths.py profile --envs 64,512 \
+      --timesteps 32768,65536 --seeds 8 --repeats 5
+
+``profile``  per row and rollout path (``--paths``), the whole training program and a program
+           of its rollouts alone, CPU and wall seconds, and the rollouts' CPU time over
+           sync-gae's (the numbers in ``lag.choose_path``'s docstring).
 """
 
 from __future__ import annotations
@@ -97,6 +105,9 @@ def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
                 return rollout_lib.per_env_logits(
                     net.apply, ev.newest, lag_lib.gather(ev.buffer, lag_t), lag_t, obs)
 
+            def sorted_fn(sv, lags, t, obs):
+                return rollout_lib.sorted_logits(net.apply, sv, obs)
+
             def plain_fn(p, lags, t, obs):
                 out = net.apply(p, obs)
                 return out, out
@@ -105,6 +116,8 @@ def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
                 "plain": scan(plain_fn, lambda b, lg: lag_lib.get(b, 0)),
                 "table": scan(table_fn, lambda b, lg: lag_lib.lag_table(b)),
                 "per_env": scan(env_fn, lag_lib.env_versions),
+                "sorted": scan(sorted_fn, lambda b, lg, B=B, K=K: lag_lib.sorted_versions(
+                    b, lg, lag_lib.sort_chunk(B, K))),
                 "per_env_switch": scan(switch_fn, lag_lib.env_versions),
             }
             args = (buf, lags, obs0, jax.random.PRNGKey(3))
@@ -139,44 +152,49 @@ def train(envs, timesteps, seeds: int, repeats: int) -> None:
         print(f"# {_load()}", flush=True)
 
 
-def profile(envs, timesteps, repeats: int) -> None:
-    """Where an update's time goes: per row, the whole training program vs a program of the
-    same number of rollouts alone (``Trainer._rollout``, the env carry threaded through);
-    lagged rows also with the rollout path forced to the table."""
+def profile(envs, timesteps, seeds: int, repeats: int, paths) -> None:
+    """Where an update's time goes: per row and rollout path, the whole training program vs
+    a program of the same number of rollouts alone (``train.trainer.rollout_step``, the env
+    carry threaded through). Run it with one XLA thread for CPU times that repeat to ~1%:
+    XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"."""
     from vccc_jax.envs import lag as lag_lib
-    from vccc_jax.train.trainer import TrainConfig, Trainer
+    from vccc_jax.train.programs import program_values
+    from vccc_jax.train.trainer import TrainConfig, Trainer, rollout_step, train_scan
 
-    print(f"# profile: best of {repeats}; {_load()}")
-    print("envs,row,path,program,cpu_s,wall_s")
+    print(f"# profile: seeds={seeds}, best of {repeats}; {_load()}")
+    print("envs,row,path,program,cpu_s,wall_s,rollouts_vs_sync")
     choose = lag_lib.choose_path
     for B, T in zip(envs, timesteps):
         fns = {}
         for name, cfg in ROWS.items():
-            for path in (("auto",) if name == "sync-gae" else ("auto", "table")):
+            for path in (("auto",) if name == "sync-gae" else paths):
                 lag_lib.choose_path = (choose if path == "auto" else
                                        (lambda *a, p=path, **k: p))
-                tr = Trainer(TrainConfig(total_timesteps=T, num_envs=B, **cfg))
-                st = jax.device_get(tr.init())
-                n = tr.num_updates
+                tr = Trainer(TrainConfig(total_timesteps=T, num_envs=B, num_seeds=seeds,
+                                         **cfg))
+                st, n, v = tr.init(), tr.num_updates, program_values(tr.values)
 
-                def rollouts(s, tr=tr, n=n):
-                    s = jax.tree_util.tree_map(lambda x: x[0], s)
+                def rollouts(s, tr=tr, n=n, v=v):
+                    def one(s1):
+                        def body(env, i):
+                            k = jax.random.fold_in(s1.key, i)
+                            env, traj = rollout_step(tr.setup, v, s1.actor_params,
+                                                     s1.versions, env, k, i, k)
+                            return env, traj.log_mu.sum() + traj.log_pi_all.sum()
+                        return jax.lax.scan(body, s1.env, jnp.arange(n))[1]
+                    return jax.vmap(one)(s)
 
-                    def body(env, i):
-                        k = jax.random.fold_in(s.key, i)
-                        env, traj = tr._rollout(s.actor_params, s.versions, env, k, i, k)
-                        return env, traj.log_mu.sum()
-                    return jax.lax.scan(body, s.env, jnp.arange(n))[1]
-
+                whole = jax.jit(lambda s, tr=tr, n=n, v=v: train_scan(
+                    tr.setup, s, jnp.asarray(0, jnp.int32), n, v)).lower(st).compile()
                 run = jax.jit(rollouts).lower(st).compile()
-                whole = jax.jit(lambda s, tr=tr, n=n: tr._train_impl(
-                    s, jnp.asarray(0, jnp.int32), n)).lower(st).compile()
                 fns[(name, path, "rollouts")] = (lambda f=run, s=st: f(s))
                 fns[(name, path, "train")] = (lambda f=whole, s=st: f(s))
         lag_lib.choose_path = choose
         best = _best(fns, repeats)
+        sync = best[("sync-gae", "auto", "rollouts")][1]
         for (name, path, prog), (w, c) in best.items():
-            print(f"{B},{name},{path},{prog},{c:.3f},{w:.3f}", flush=True)
+            print(f"{B},{name},{path},{prog},{c:.3f},{w:.3f},"
+                  f"{c / sync if prog == 'rollouts' else float('nan'):.2f}", flush=True)
         print(f"# {_load()}", flush=True)
 
 
@@ -191,6 +209,8 @@ def main() -> None:
                     help="total timesteps per run: one value, or one per --envs size")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--paths", default="auto,sorted,per_env,table",
+                    help="profile: the rollout paths of the lagged rows")
     a = ap.parse_args()
     envs = [int(x) for x in a.envs.split(",")]
     if a.what == "micro":
@@ -201,7 +221,7 @@ def main() -> None:
         if a.what == "train":
             train(envs, ts, a.seeds, a.repeats)
         else:
-            profile(envs, ts, a.repeats)
+            profile(envs, ts, a.seeds, a.repeats, a.paths.split(","))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The lagged rollout's actor paths (issue 28 §1): per env, lag table, common table.
+"""The lagged rollout's actor paths (issue 28 §1): per env, lag-sorted pairs, lag table,
+common table.
 
 Every path must act with the version the lags say (checked against a float64 NumPy forward of
 that version), give the same actions as the lag table for the same key, and keep lag 0
@@ -139,27 +140,122 @@ def test_acting_actor_paths_and_errors(setup):
 P = 4610  # CartPole actor 4-64-64-2
 
 
-@pytest.mark.parametrize("B,K,params,backend,fixed,switch,want", [
-    (512, 32, P, "cpu", True, 0, "common"),       # fixed:L, no switch: 2 rows
-    (512, 32, P, "gpu", True, 0, "common"),
-    (4, 2, P, "cpu", True, 3, "table"),           # fixed:L with switches: lags differ in time
-    (4, 2, P, "cpu", False, 0, "table"),          # K < 4
-    (4, 4, P, "cpu", False, 0, "per_env"),        # B x params = 18,440 <= 2^20
-    (227, 4, P, "cpu", False, 0, "per_env"),      # 1,046,470 <= 2^20 = 1,048,576
-    (228, 4, P, "cpu", False, 0, "table"),        # 1,051,080 > 2^20: needs K >= 16
-    (512, 8, P, "cpu", False, 0, "table"),
-    (512, 15, P, "cpu", False, 0, "table"),
-    (512, 16, P, "cpu", False, 0, "per_env"),
-    (4096, 32, P, "cpu", False, 0, "per_env"),
-    (64, 4, P, "cpu", False, 2, "table"),         # switches: twice the K
-    (64, 8, P, "cpu", False, 2, "per_env"),
-    (512, 16, P, "cpu", False, 2, "table"),
-    (512, 32, P, "cpu", False, 2, "per_env"),
-    (4, 32, P, "gpu", False, 0, "table"),         # other backends: the table
-    (4, 32, P, "tpu", False, 2, "table"),
+@pytest.mark.parametrize("B,K,params,backend,fixed,switch,one,want", [
+    (512, 32, P, "cpu", True, 0, True, "common"),     # fixed:L, no switch: 2 rows
+    (512, 32, P, "gpu", True, 0, True, "common"),
+    (4, 2, P, "cpu", True, 3, True, "table"),         # fixed:L with switches: lags differ
+    (4, 2, P, "cpu", False, 0, True, "table"),        # K < 4, chunk 1
+    (4, 4, P, "cpu", False, 0, True, "per_env"),      # chunk 4 // 16 -> 1; 18,440 <= 2^20
+    (31, 4, P, "cpu", False, 0, True, "per_env"),     # 31 // 16 = 1
+    (32, 4, P, "cpu", False, 0, True, "sorted"),      # chunk 2: B >= 8 K
+    (64, 8, P, "cpu", False, 0, True, "sorted"),
+    (63, 8, P, "cpu", False, 0, True, "per_env"),
+    (512, 8, P, "cpu", False, 0, True, "sorted"),
+    (512, 32, P, "cpu", False, 0, True, "sorted"),
+    (64, 32, P, "cpu", False, 0, True, "per_env"),    # chunk 1
+    (97, 4, P, "cpu", False, 0, True, "per_env"),     # prime B: no divisor in [2, 6]
+    (512, 8, P, "cpu", False, 3, True, "table"),      # switches: never sorted
+    (512, 8, P, "cpu", False, 0, False, "table"),     # on a mesh: never sorted
+    (227, 4, P, "cpu", False, 0, False, "per_env"),   # 1,046,470 <= 2^20 = 1,048,576
+    (228, 4, P, "cpu", False, 0, False, "table"),     # 1,051,080 > 2^20: needs K >= 16
+    (512, 15, P, "cpu", False, 0, False, "table"),
+    (512, 16, P, "cpu", False, 0, False, "per_env"),
+    (4096, 32, P, "cpu", False, 0, False, "per_env"),
+    (64, 4, P, "cpu", False, 2, True, "table"),       # switches: twice the K
+    (64, 8, P, "cpu", False, 2, True, "per_env"),
+    (512, 16, P, "cpu", False, 2, True, "table"),
+    (512, 32, P, "cpu", False, 2, True, "per_env"),
+    (4, 32, P, "gpu", False, 0, True, "table"),       # other backends: the table
+    (512, 8, P, "gpu", False, 0, True, "table"),
+    (4, 32, P, "tpu", False, 2, True, "table"),
 ])
-def test_choose_path_rule(B, K, params, backend, fixed, switch, want):
-    assert lag_lib.choose_path(B, K, params, backend, fixed, switch) == want
+def test_choose_path_rule(B, K, params, backend, fixed, switch, one, want):
+    assert lag_lib.choose_path(B, K, params, backend, fixed, switch, one) == want
+
+
+@pytest.mark.parametrize("B,K,chunk", [(512, 8, 16), (512, 32, 4), (64, 8, 2), (64, 32, 1),
+                                       (100, 8, 2), (4, 8, 1), (96, 4, 6)])
+def test_sort_chunk(B, K, chunk):
+    """The largest divisor of B that is <= B / (4 K), at least 1."""
+    assert lag_lib.sort_chunk(B, K) == chunk
+
+
+_SORT_LAGS = {  # B = 12, K = 4: lag counts far from their mean
+    "random": np.array([3, 0, 2, 2, 1, 0, 3, 3, 1, 0, 2, 1], np.int32),
+    "all_zero": np.zeros(12, np.int32),
+    "all_old": np.full(12, 3, np.int32),
+    "one_each_then_old": np.array([0, 1, 2] + [3] * 9, np.int32),
+    "alternating": np.tile(np.array([0, 3], np.int32), 6),
+    "descending": np.repeat(np.arange(3, -1, -1, dtype=np.int32), 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SORT_LAGS))
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4, 6, 12])
+def test_sorted_versions_pick_each_envs_own_version(setup, name, chunk):
+    """Whatever the lag counts, the flat row env b picks holds env b itself, in a pair whose
+    params are env b's version (within the static bound of B / chunk + K - 1 pairs)."""
+    _, _, buf, _ = setup
+    lags = _SORT_LAGS[name]
+    sv = lag_lib.sorted_versions(buf, jnp.asarray(lags), chunk)
+    n_envs = lags.shape[0]
+    assert sv.rows.shape == (n_envs // chunk + K - 1, chunk)
+    np.testing.assert_array_equal(np.asarray(sv.rows).reshape(-1)[np.asarray(sv.pick)],
+                                  np.arange(n_envs))
+    want = lag_lib.gather(buf, jnp.asarray(lags))
+    got = jax.tree_util.tree_map(lambda x: x[np.asarray(sv.pick) // chunk], sv.params)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, got, want)
+    np.testing.assert_array_equal(sv.version, K - 1 - lags)
+    np.testing.assert_array_equal(sv.lag, lags)
+
+
+def test_sorted_path_acts_like_the_table_with_exact_lag_zero(setup):
+    """The sorted path (chunk 2: pairs span several lags) records the table's lags, versions
+    and actions for the same key, log-probs equal to float32 rounding and to a float64
+    forward of the recorded version, and log-ratio bit-exactly 0 at lag 0; after 2 pushes it
+    caps lags by the versions available, as the other paths do."""
+    net, versions, buf, run = setup
+    env, env_params = gymnax.make("CartPole-v1")
+    carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), B)
+
+    @jax.jit
+    def run_sorted(buf, lags):
+        actor = lag_lib.sorted_versions(buf, lags, 2)
+        return rollout_lib.rollout(env, env_params, net.apply, actor, carry,
+                                   jax.random.PRNGKey(2), num_steps=T)[1]
+
+    lags = jnp.asarray(LAGS)
+    got, table = run_sorted(buf, lags), run(buf, lags, "table")
+    np.testing.assert_array_equal(got.lag, np.broadcast_to(LAGS, (T, B)))
+    np.testing.assert_array_equal(got.version, table.version)
+    np.testing.assert_array_equal(got.action, table.action)
+    np.testing.assert_allclose(got.log_mu_all, table.log_mu_all, atol=1e-5)
+    np.testing.assert_allclose(got.log_pi_all, table.log_pi_all, atol=1e-5)
+    _check_against_numpy(net, versions, got, K - 1)
+    rho = _log_rho(got)
+    assert np.all(rho[:, LAGS == 0] == 0.0) and np.all(np.abs(rho[:, LAGS != 0]) > 0)
+    short = lag_lib.init_buffer(versions[0], K)
+    for p in versions[1:3]:
+        short = lag_lib.push(short, p)
+    capped = run_sorted(short, lags)
+    want = np.minimum(LAGS, 2)
+    np.testing.assert_array_equal(capped.version, np.broadcast_to(2 - want, (T, B)))
+    _check_against_numpy(net, versions, capped, 2)
+
+
+def test_sorted_path_errors(setup):
+    net, _, buf, _ = setup
+    lags = jnp.asarray(LAGS)
+    with pytest.raises(ValueError, match="chunk must divide num_envs=6"):
+        lag_lib.sorted_versions(buf, lags, 4)
+    with pytest.raises(ValueError, match="no mid-rollout switches"):
+        lag_lib.acting_actor(buf, lags, path="sorted", switch_every=2)
+    env, env_params = gymnax.make("CartPole-v1")
+    carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), B)
+    with pytest.raises(ValueError, match="no mid-rollout switches"):
+        rollout_lib.rollout(env, env_params, net.apply, lag_lib.sorted_versions(buf, lags, 2),
+                            carry, jax.random.PRNGKey(2), num_steps=T, switch_every=2)
+    assert isinstance(lag_lib.acting_actor(buf, lags, path="sorted"), lag_lib.SortedVersions)
 
 
 def test_choose_path_rejects_empty_sizes():

@@ -38,6 +38,16 @@ MUTANTS = (
            "params=gather(buffer, lags + 1), newest=get(buffer, 0),",
            "every per-env version one update older than its logged lag", "i28",
            ("tests/envs/test_rollout_paths.py",)),
+    Mutant("rollout-sorted-lag0-where", "vccc_jax/envs/rollout.py",
+           "return jnp.where((actor.lag == 0)[:, None], target, own), target",
+           "return jnp.where((actor.lag == 1)[:, None], target, own), target",
+           "lag-1 envs on the sorted path act with the newest version; lag-0 log-ratios no "
+           "longer exactly 0 where the chunk kernel rounds differently", "i28"),
+    Mutant("lag-sorted-pick-offset", "vccc_jax/envs/lag.py",
+           "pick_sorted = (start[i // chunk] + sl - lo[i // chunk]) * chunk + i % chunk",
+           "pick_sorted = (start[i // chunk] + sl - lo[i // chunk]) * chunk",
+           "every env on the sorted path acts on its chunk's first env's observation", "i28",
+           ("tests/envs/test_rollout_paths.py",)),
     # ---------------------------------------------------------------- issue 27's table
     Mutant("learner-log-rhos-sign", "vccc_jax/train/learner.py",
            "log_rhos=log_pi_old - log_mu,", "log_rhos=log_mu - log_pi_old,",

@@ -15,13 +15,16 @@ trainer:
   environment with ``jax.random``.
 * :func:`switch_lags`: optional mid-rollout switches — every ``m`` steps an environment
   receives newer weights, so one trajectory mixes versions (mu_3 -> mu_5 -> mu_8, §3.4).
-* What a lagged rollout acts with, three paths (:func:`acting_actor`, chosen per compiled
-  program by :func:`choose_path` from B, K, the parameter count and the backend; each serves
-  every law it is chosen for exactly, lags iid per env):
+* What a lagged rollout acts with, four paths (:func:`acting_actor`, chosen per compiled
+  program by :func:`choose_path` from B, K, the parameter count, the backend and whether the
+  batch is on one device; each serves every law it is chosen for exactly, lags iid per env):
   :class:`VersionTable` -- the V versions one rollout acts with (row 0 the newest), the
   actor once per VERSION on the whole batch: V x B forwards per step, memory O(V x params):
   :func:`lag_table` (rows = lags 0..V-1: any per-env lags, mid-rollout switches) or
   :func:`common_table` (rows = the newest and one common lag, as under ``fixed:L``: 2 x B);
+  :class:`SortedVersions` (:func:`sorted_versions`) -- the envs sorted by lag once per
+  rollout, the actor once per (chunk, version) pair: at most B + (K - 1) x chunk rows per
+  step in chunk-row matmuls, plus the newest's plain forward (no mid-rollout switch);
   :class:`EnvVersions` (:func:`env_versions`) -- each env's own version gathered from the
   ring once per rollout, one forward per env (B per step, whatever K) plus the newest's
   plain forward, memory O(B x params).
@@ -434,19 +437,81 @@ def env_versions(buffer: VersionBuffer, lags: Array) -> EnvVersions:
                        lag=lags)
 
 
-ROLLOUT_PATHS = ("table", "common", "per_env")
+@struct.dataclass
+class SortedVersions:
+    """Envs grouped by their lag for one rollout: the actor runs once per (chunk, version)
+    pair of the lag-sorted batch, each pair a ``chunk``-row forward (matmul efficiency, unlike
+    the per-env path's matvecs).
+
+    Attributes:
+      params: pytree, leaves [P, *leaf_shape]: the version of each pair (P = B / chunk + K - 1;
+        unused padding pairs hold some version and are never picked).
+      rows: int32 [P, chunk] the env at each row of each pair.
+      pick: int32 [B] the flat row (pair x chunk + j) that holds env b under its own version.
+      newest: the newest version's plain params (lag 0; pi_k of the learner).
+      lag: int32 [B] each env's (capped) lag.
+      version: int32 [B] each env's version id.
+    """
+
+    params: Any
+    rows: Array
+    pick: Array
+    newest: Any
+    lag: Array
+    version: Array
+
+
+def sorted_versions(buffer: VersionBuffer, lags: Array, chunk: int,
+                    num_lags: Optional[int] = None) -> SortedVersions:
+    """Sort the envs by their (capped) lags, cut the sorted batch into chunks of ``chunk``
+    envs and pair each chunk with every lag between its first and last env's. Consecutive
+    chunks share at most one lag, so there are at most B / chunk + K - 1 pairs: a static
+    bound, whatever the lag counts (they stay multinomial: no env's lag is changed). Every
+    env is evaluated under its own version. Within one program (one device): a global sort
+    over an env-sharded batch would move rows between devices. ``num_lags``: lags are below it
+    (default: every slot of the ring), as in :func:`lag_table`; larger ones act with lag
+    ``num_lags - 1``."""
+    chex.assert_rank(lags, 1)
+    num_envs = lags.shape[0]
+    K = buffer.num_versions if num_lags is None else int(num_lags)
+    if chunk < 1 or num_envs % chunk:
+        raise ValueError(f"sorted_versions: chunk must divide num_envs={num_envs}, got {chunk}")
+    lags = jnp.clip(jnp.asarray(lags, jnp.int32), 0, jnp.minimum(available(buffer), K) - 1)
+    n_chunks, n_pairs = num_envs // chunk, num_envs // chunk + K - 1
+    order = jnp.argsort(lags, stable=True)  # sorted position -> env
+    sl = lags[order]
+    lo, hi = sl[::chunk], sl[chunk - 1::chunk]
+    start = jnp.cumsum(hi - lo + 1) - (hi - lo + 1)  # first pair of each chunk
+    p = jnp.arange(n_pairs, dtype=jnp.int32)
+    pair_chunk = jnp.clip(jnp.searchsorted(start, p, side="right") - 1, 0, n_chunks - 1)
+    pair_lag = jnp.minimum(lo[pair_chunk] + p - start[pair_chunk], K - 1)
+    rows = order[pair_chunk[:, None] * chunk + jnp.arange(chunk, dtype=jnp.int32)[None, :]]
+    i = jnp.arange(num_envs, dtype=jnp.int32)
+    pick_sorted = (start[i // chunk] + sl - lo[i // chunk]) * chunk + i % chunk
+    pick = jnp.zeros((num_envs,), jnp.int32).at[order].set(pick_sorted.astype(jnp.int32))
+    return SortedVersions(params=gather(buffer, pair_lag), rows=rows.astype(jnp.int32),
+                          pick=pick, newest=get(buffer, 0), lag=lags,
+                          version=version_ids(buffer, lags))
+
+
+ROLLOUT_PATHS = ("table", "common", "per_env", "sorted")
 # (B x params floats, K from which the per-env path is cheaper) on CPU, measured (docstring)
 _PER_ENV_FROM = ((1 << 20, 4), (None, 16))
 
 
 def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
-                law_fixed: bool, switch_every: int) -> str:
+                law_fixed: bool, switch_every: int, one_device: bool = True) -> str:
     """How a lagged rollout evaluates the actor (static; one choice per compiled program).
 
     * ``"common"`` (:func:`common_table`): every env has the same lag (a ``fixed:L`` law and
       no mid-rollout switch): the newest and the common version, 2 x B rows per step.
     * ``"table"`` (:func:`lag_table`): the actor once per lag 0..V-1 on the whole batch:
       V x B rows per step, memory O(V x params); serves every law, switches included.
+    * ``"sorted"`` (:func:`sorted_versions`): envs sorted by lag once per rollout, the actor
+      once per (chunk, version) pair: at most B + (K - 1) x chunk rows per step in
+      ``chunk``-row matmuls, plus the newest's plain forward; memory O((B / chunk + K) x
+      params); every law, no mid-rollout switch, one device (``one_device``: the sort
+      would otherwise move rows between devices).
     * ``"per_env"`` (:func:`env_versions`): one forward per env with its own version (a
       batched matvec) plus the newest's plain forward over B rows: memory O(B x params);
       serves every law, switches included (then re-gathered from the ring at every step).
@@ -454,18 +519,22 @@ def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
     Every path draws each env's lag iid from the law (no grouping or stratification), so
     the choice moves float bits only, never the law.
 
-    Rule (CPU, measured with ``experiments/rollout_paths.py micro``, actor 4-64-64-2, T = 128,
-    B in {4, 64, 512, 4096}, K in {2, 4, 8, 32}, 2026-12-02): the per-env forward is a
-    matvec per env whose cost grows with B x params faster than the table's matmul once the
-    per-env copies leave the cache; per-env / table CPU time was 0.85 / 0.98 / 1.92 at K = 4
-    and 0.26 / 0.58 / 0.99 at K = 8 (B = 4 / 64 / 512), 0.13-0.26 at K = 32; at B = 4096
-    4.8 (K = 2), 1.19 (K = 8), 0.47 (K = 16). The whole trainer at 512 envs, uniform:7, ran
-    at 0.82 / 0.79 of sync per env vs 0.90 / 0.84 with the table (two passes, CPU time), so
-    the tie at B = 512, K = 8 goes to the table. Re-gathering at every step (switches) costs
-    1.5-2.1x the table at K = 8 and 0.38-0.47x at K = 32. So on CPU: ``per_env`` when K >= 4
-    and B x params <= 2^20 floats (4 MiB), or K >= 16; twice that K under mid-rollout
-    switches; ``table`` otherwise. Other backends: ``table`` (O(V x params) memory, the
-    accelerator layout of issue 22; not measured here: no accelerator was lent to this).
+    Rule (CPU, measured, actor 4-64-64-2, T = 128, one XLA thread so that CPU times repeat
+    to ~1%; ``experiments/rollout_paths.py``, 2026-12-02): the rollouts of a whole training
+    run (sync-gae's: 1.0) cost, at 1 seed x 512 envs, K = 8: sorted 2.1, per_env 2.8, table
+    5.0; K = 32: sorted 2.1, per_env 2.9; at 8 seeds x 512 envs, K = 8: sorted 1.8, per_env
+    4.0, table 4.2 (the per-env copies, 8 x 512 x params, leave the cache); at 8 x 64,
+    K = 8: sorted 2.2, per_env 2.3, table 4.5, but K = 32 (chunk 1): sorted 5.2, per_env 2.4.
+    So ``sorted`` when its chunk (:func:`sort_chunk`) is at least 2 (B >= 8 K), on one
+    device and without switches. Below that, the per-env forward is a matvec per env whose
+    cost grows with B x params faster than the table's matmul once the per-env copies leave
+    the cache: per-env / table CPU time was 0.85 / 0.98 / 1.92 at K = 4 and 0.26 / 0.58 /
+    0.99 at K = 8 (B = 4 / 64 / 512, two XLA threads), 0.13-0.26 at K = 32; at B = 4096
+    4.8 (K = 2), 1.19 (K = 8), 0.47 (K = 16). Re-gathering at every step (switches) costs
+    1.5-2.1x the table at K = 8 and 0.38-0.47x at K = 32. So ``per_env`` when K >= 4 and B x
+    params <= 2^20 floats (4 MiB), or K >= 16; twice that K under mid-rollout switches;
+    ``table`` otherwise. Other backends: ``table`` (O(V x params) memory, the accelerator
+    layout of issue 22; not measured here: no accelerator was lent to this).
     """
     if num_envs < 1 or num_versions < 1 or num_params < 1:
         raise ValueError(f"choose_path: sizes must be >= 1, got num_envs={num_envs}, "
@@ -474,11 +543,20 @@ def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
         return "common"
     if backend != "cpu":
         return "table"
+    if switch_every <= 0 and one_device and sort_chunk(num_envs, num_versions) >= 2:
+        return "sorted"
     size = num_envs * num_params
     k_min = next(k for bound, k in _PER_ENV_FROM if bound is None or size <= bound)
     if switch_every > 0:
         k_min *= 2
     return "per_env" if num_versions >= k_min else "table"
+
+
+def sort_chunk(num_envs: int, num_versions: int) -> int:
+    """Envs per chunk of the sorted path: the largest divisor of B that is at most
+    B / (4 K) (at least 1), so the B / chunk + K - 1 pairs cost at most 1.25 B rows."""
+    target = max(1, num_envs // (4 * num_versions))
+    return max(c for c in range(1, target + 1) if num_envs % c == 0)
 
 
 def num_params(buffer: VersionBuffer) -> int:
@@ -488,18 +566,20 @@ def num_params(buffer: VersionBuffer) -> int:
 
 def acting_actor(buffer: VersionBuffer, lags: Array, *, num_lags: Optional[int] = None,
                  common_lag: Optional[Array] = None, switch_every: int = 0,
-                 path: str = "auto") -> "VersionTable | EnvVersions":
+                 path: str = "auto", one_device: bool = True
+                 ) -> "VersionTable | EnvVersions | SortedVersions":
     """What ``rollout.rollout`` acts with for per-env ``lags`` [B] (capped here).
 
     ``common_lag``: the one lag every env has (a ``fixed:L`` law, traced or not), or None.
     ``path``: one of :data:`ROLLOUT_PATHS`, or ``"auto"`` (:func:`choose_path` on B, the
-    ring's ``num_lags`` (default: all slots), its parameter count and the default backend).
+    ring's ``num_lags`` (default: all slots), its parameter count, the default backend and
+    ``one_device``: False when the env batch is split over a mesh).
     """
     lags = cap_lags(jnp.asarray(lags, jnp.int32), available(buffer))
     if path == "auto":
         path = choose_path(lags.shape[0], buffer.num_versions if num_lags is None else num_lags,
                            num_params(buffer), jax.default_backend(), common_lag is not None,
-                           switch_every)
+                           switch_every, one_device)
     if path == "common":
         if common_lag is None or switch_every > 0:
             raise ValueError("the common path needs one lag for every env (common_lag) and "
@@ -509,4 +589,10 @@ def acting_actor(buffer: VersionBuffer, lags: Array, *, num_lags: Optional[int] 
         return lag_table(buffer, num_lags)
     if path == "per_env":
         return env_versions(buffer, lags)
+    if path == "sorted":
+        if switch_every > 0:
+            raise ValueError("the sorted path fixes each env's lag for the rollout: no "
+                             "mid-rollout switches")
+        K = buffer.num_versions if num_lags is None else num_lags
+        return sorted_versions(buffer, lags, sort_chunk(lags.shape[0], K), K)
     raise ValueError(f"rollout path must be 'auto' or one of {ROLLOUT_PATHS}, got {path!r}")

@@ -17,14 +17,16 @@ environments. Each step records, time-major ``[T, B, ...]``:
   temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here;
   logging it avoids a second forward pass and makes lag-0 log-ratios exactly zero (an env
   at lag 0 reads its behaviour logits from the newest version's row, or under the per-env
-  path the newest's plain forward: the same bits);
+  and sorted paths the newest's plain forward: the same bits);
 * ``lag`` / ``version``: how many updates old the acting parameters were and their id;
 * ``episode_return`` / ``episode_length`` of episodes that ended at t (0 elsewhere);
 * optionally ``env_state`` (the full gymnax state at s_t) for Monte-Carlo ground truth.
 
-The lagged actor runs one of three ways (``lag.acting_actor`` / ``lag.choose_path``): once
+The lagged actor runs one of four ways (``lag.acting_actor`` / ``lag.choose_path``): once
 per version on the whole batch (:func:`versioned_logits` over a ``lag.VersionTable``: V x B
-forwards per step, memory O(V x params)) or once per env with its own version
+forwards per step, memory O(V x params)), once per (chunk, version) pair of the lag-sorted
+envs (:func:`sorted_logits` over ``lag.SortedVersions``: at most B + (K - 1) x chunk rows in
+chunk-row matmuls, plus the newest's plain forward) or once per env with its own version
 (:func:`per_env_logits` over ``lag.EnvVersions``: B per-env forwards plus the newest's plain
 forward, memory O(B x params)). Synchronous rollouts (plain params) run one plain forward.
 
@@ -199,6 +201,18 @@ def per_env_logits(apply_fn: ApplyFn, newest: Any, env_params: Any, lags: Array,
     return jnp.where((lags == 0)[:, None], target, own), target
 
 
+def sorted_logits(apply_fn: ApplyFn, actor: lag_lib.SortedVersions, obs: Array
+                  ) -> tuple[Array, Array]:
+    """Behaviour and newest-version logits [B, A] from lag-sorted (chunk, version) pairs
+    (``lag.sorted_versions``): one ``chunk``-row forward per pair, then each env picks its own
+    version's row; the newest by one plain forward over the batch. Envs at lag 0 take the
+    newest's logits (``jnp.where``): their log-ratios are exactly 0."""
+    target = apply_fn(actor.newest, obs)
+    out = jax.vmap(apply_fn)(actor.params, obs[actor.rows])  # [P, chunk, A]
+    own = out.reshape((-1,) + out.shape[2:])[actor.pick]
+    return jnp.where((actor.lag == 0)[:, None], target, own), target
+
+
 def rollout(
     env,
     env_params: Any,
@@ -230,12 +244,14 @@ def rollout(
         in ``lag.lag_table(actor, num_lags)``) or a :class:`~vccc_jax.envs.lag.VersionTable`
         (the versions to run, e.g. ``lag.common_table`` when every env has the same lag),
         or a :class:`~vccc_jax.envs.lag.EnvVersions` (each env's own version, one forward
-        per env: :func:`per_env_logits`). ``lag.acting_actor`` picks one of the last three.
+        per env: :func:`per_env_logits`), or a :class:`~vccc_jax.envs.lag.SortedVersions`
+        (one forward per (chunk, version) pair of the lag-sorted envs: :func:`sorted_logits`;
+        no mid-rollout switch). ``lag.acting_actor`` picks one of the last four.
       carry: :class:`EnvCarry` with B envs.
       key: jax.random key.
       num_steps: static T.
       lags: int [B], required with a VersionBuffer or VersionTable (ignored with
-        EnvVersions, which carries the lags it was gathered for).
+        EnvVersions and SortedVersions, which carry the lags they were built for).
       num_lags: static rows of the lag table built from a VersionBuffer (default: all K
         slots); every lag must be < num_lags.
       switch_every, switch_stride: mid-rollout switches (see :func:`lag.switch_lags`).
@@ -256,6 +272,12 @@ def rollout(
     """
     num_envs = carry.obs.shape[0]
     per_env = isinstance(actor, lag_lib.EnvVersions)
+    grouped = isinstance(actor, lag_lib.SortedVersions)
+    if grouped:
+        if switch_every > 0:
+            raise ValueError("lag.SortedVersions fixes each env's lag for the rollout: no "
+                             "mid-rollout switches (use lag.env_versions or lag.lag_table)")
+        lags = actor.lag
     versioned = isinstance(actor, (lag_lib.VersionBuffer, lag_lib.VersionTable))
     if per_env:
         lags = actor.lag
@@ -284,6 +306,10 @@ def rollout(
             logits_mu, logits_pi = per_env_logits(apply_fn, actor.newest, params_t, lag_t,
                                                   state.obs)
             version = lag_lib.version_ids(actor.buffer, lag_t)
+        elif grouped:
+            lag_t = lags
+            logits_mu, logits_pi = sorted_logits(apply_fn, actor, state.obs)
+            version = actor.version
         elif versioned:
             rows = (fixed_rows if switch_every <= 0 else actor.rows(
                 lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)))

@@ -125,8 +125,8 @@ def update(setup: Setup, values: GridValues, state: TrainState, idx: Array
 def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_carry, key,
                  idx, k_lag=None):
     """One rollout; ``lag.acting_actor`` picks how the actor runs (``lag.choose_path``: one
-    forward per version, or per env from a gather of the ring). ``k_lag`` None: every env at
-    lag 0."""
+    forward per version, per env from a gather of the ring, or per (chunk, version) pair of
+    the lag-sorted envs when not on a mesh). ``k_lag`` None: every env at lag 0."""
     cfg = setup.cfg
     if versions is not None:
         avail = jnp.minimum(lag_lib.available(versions), setup.num_versions)
@@ -136,7 +136,7 @@ def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_c
         actor_for_rollout = lag_lib.acting_actor(
             setup.constrain("rollout_actor", versions), lags, num_lags=setup.num_versions,
             common_lag=(0 if k_lag is None else values.lag) if common else None,
-            switch_every=cfg.switch_every)
+            switch_every=cfg.switch_every, one_device=setup.spmd_axis is None)
     else:
         lags, actor_for_rollout = None, setup.constrain("rollout_actor", actor_params)
     return rollout_lib.rollout(
