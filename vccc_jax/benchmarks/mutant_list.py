@@ -28,21 +28,16 @@ _BYO = ("tests/verify/test_byo.py",)
 
 MUTANTS = (
     # ---------------------------------------------------------------- issue 28: per-env rollout
-    Mutant("rollout-per-env-lag0-where", "vccc_jax/envs/rollout.py",
-           "return jnp.where((lags == 0)[:, None], target, own), target",
-           "return jnp.where((lags == 1)[:, None], target, own), target",
-           "lag-1 envs act with the newest version; lag-0 log-ratios no longer exactly 0",
-           "i28"),
+    Mutant("rollout-lag0-where", "vccc_jax/envs/rollout.py",
+           "return jnp.where((lags == 0)[:, None], target, own)",
+           "return jnp.where((lags == 1)[:, None], target, own)",
+           "lag-1 envs on the per-env and sorted paths act with the newest version; lag-0 "
+           "log-ratios no longer exactly 0 where those kernels round differently", "i28"),
     Mutant("lag-env-versions-slot", "vccc_jax/envs/lag.py",
            "params=gather(buffer, lags), newest=get(buffer, 0),",
            "params=gather(buffer, lags + 1), newest=get(buffer, 0),",
            "every per-env version one update older than its logged lag", "i28",
            ("tests/envs/test_rollout_paths.py",)),
-    Mutant("rollout-sorted-lag0-where", "vccc_jax/envs/rollout.py",
-           "return jnp.where((actor.lag == 0)[:, None], target, own), target",
-           "return jnp.where((actor.lag == 1)[:, None], target, own), target",
-           "lag-1 envs on the sorted path act with the newest version; lag-0 log-ratios no "
-           "longer exactly 0 where the chunk kernel rounds differently", "i28"),
     Mutant("lag-sorted-pick-offset", "vccc_jax/envs/lag.py",
            "pick_sorted = (start[i // chunk] + sl - lo[i // chunk]) * chunk + i % chunk",
            "pick_sorted = (start[i // chunk] + sl - lo[i // chunk]) * chunk",

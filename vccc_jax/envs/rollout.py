@@ -189,28 +189,35 @@ def versioned_logits(apply_fn: ApplyFn, table: lag_lib.VersionTable, rows: Array
     return behaviour, logits[0]
 
 
+def lag_zero_exact(lags: Array, target: Array, own: Array) -> Array:
+    """The behaviour logits [B, A]: ``own`` (each env's version by a per-env or chunk
+    kernel), except envs at lag 0, which take the newest's plain-forward logits ``target``:
+    those kernels may round differently, and lag 0 must give the very bits of the target
+    logits, so that its log-ratios are exactly 0."""
+    return jnp.where((lags == 0)[:, None], target, own)
+
+
 def per_env_logits(apply_fn: ApplyFn, newest: Any, env_params: Any, lags: Array,
                    obs: Array) -> tuple[Array, Array]:
     """Behaviour and newest-version logits [B, A]: env b's own version (``env_params``,
     leaves [B, ...]) by one forward per env (``vmap`` over (params, obs): a batched matvec,
-    memory O(B x params)), the newest by one plain forward over the batch. Envs at lag 0 take
-    the newest's logits (``jnp.where``): the per-env kernel rounds differently, and lag 0
-    must give the very bits of the target logits, so their log-ratios are exactly 0."""
+    memory O(B x params)), the newest by one plain forward over the batch; envs at lag 0
+    act with the latter (:func:`lag_zero_exact`)."""
     target = apply_fn(newest, obs)
     own = jax.vmap(apply_fn)(env_params, obs)
-    return jnp.where((lags == 0)[:, None], target, own), target
+    return lag_zero_exact(lags, target, own), target
 
 
 def sorted_logits(apply_fn: ApplyFn, actor: lag_lib.SortedVersions, obs: Array
                   ) -> tuple[Array, Array]:
     """Behaviour and newest-version logits [B, A] from lag-sorted (chunk, version) pairs
     (``lag.sorted_versions``): one ``chunk``-row forward per pair, then each env picks its own
-    version's row; the newest by one plain forward over the batch. Envs at lag 0 take the
-    newest's logits (``jnp.where``): their log-ratios are exactly 0."""
+    version's row; the newest by one plain forward over the batch; envs at lag 0 act with
+    the latter (:func:`lag_zero_exact`)."""
     target = apply_fn(actor.newest, obs)
     out = jax.vmap(apply_fn)(actor.params, obs[actor.rows])  # [P, chunk, A]
     own = out.reshape((-1,) + out.shape[2:])[actor.pick]
-    return jnp.where((actor.lag == 0)[:, None], target, own), target
+    return lag_zero_exact(actor.lag, target, own), target
 
 
 def rollout(
