@@ -40,7 +40,7 @@ STAT_CONFIGS = {  # name -> TrainConfig fields (issue 28 §1: non-fixed laws, wh
     "uniform31_vtrace": dict(_COMMON, lag="uniform:31", num_versions=32, critic="vtrace",
                              total_timesteps=UPDATES * 8 * 32),
 }
-SORTED_UPDATES = 100  # the sorted path: envs >= 8 K (lag.choose_path)
+SORTED_UPDATES = 100  # the sorted path: envs >= 8 K (acting.choose_path)
 SORTED_CONFIGS = {
     "uniform7_vccc_64envs": dict(_COMMON, lag="uniform:7", num_versions=8, num_envs=64,
                                  total_timesteps=SORTED_UPDATES * 64 * 32),

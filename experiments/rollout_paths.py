@@ -7,11 +7,14 @@ CPU time (the machine is shared: compare CPU-time ratios; the load is printed):
 ``micro``  the actor alone inside a T = 128 ``lax.scan`` (no env): per step the behaviour and
            newest logits of B envs, their log-softmax and one categorical draw, with the
            observations carried (so nothing is hoisted). Rows per (B, K): ``plain`` (sync:
-           one forward), ``table`` (``rollout.versioned_logits`` over ``lag.lag_table``: K x B
-           rows), ``per_env`` (``rollout.per_env_logits`` on ``lag.env_versions``, gathered
+           one forward), ``table`` (``acting.versioned_logits`` over ``acting.lag_table``: K x B
+           rows), ``per_env`` (``acting.per_env_logits`` on ``acting.env_versions``, gathered
            once), ``per_env_switch`` (re-gathered at every step, as under mid-rollout
-           switches) and ``sorted`` (``rollout.sorted_logits`` on ``lag.sorted_versions``,
-           chunk ``lag.sort_chunk``). Ratios are CPU time relative to ``table``.
+           switches), ``sorted`` (``acting.sorted_logits`` on ``acting.sorted_versions``,
+           chunk ``acting.sort_chunk``) and ``fused`` (not a path: the per-env forward with the
+           newest stacked in, one ``vmap`` over 2B rows instead of two calls; measured
+           2026-12-02 single core: 0.81 vs per_env 1.01 ms at B = 4, K = 8, but 10.9 vs 8.2 ms
+           at B = 64). Ratios are CPU time relative to ``table``.
 ``train``  the whole trainer (``benchmarks.train.prepare_trainer`` / ``time_rows``): rows
            sync-gae (fixed:0, K = 1), lag8-vccc (uniform:7, K = 8, vccc critic) and
            lag32-vtrace (uniform:31, K = 32, vtrace critic) at each ``--envs`` size, x 128
@@ -21,13 +24,15 @@ CPU time (the machine is shared: compare CPU-time ratios; the load is printed):
 
     .venv/bin/python experiments/rollout_paths.py micro --envs 4,64,512,4096 --versions 2,4,8,32
     .venv/bin/python experiments/rollout_paths.py train --envs 4,64,512 --timesteps 65536
-    XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
+    XLA_FLAGS="--xla_cpu_multi_thread_eigen=false" taskset -c 1 \
       .venv/bin/python experiments/rollout_paths.py profile --envs 64,512 \
       --timesteps 32768,65536 --seeds 8 --repeats 5
 
-``profile``  per row and rollout path (``--paths``), the whole training program and a program
+``profile``  per row (``--rows``; the extra rows take the update apart: the lagged rows'
+           critics without lag, the lagged rollout with sync's critic, a K = 32 ring under
+           uniform:7) and rollout path (``--paths``), the whole training program and a program
            of its rollouts alone, CPU and wall seconds, and the rollouts' CPU time over
-           sync-gae's (the numbers in ``lag.choose_path``'s docstring).
+           sync-gae's (the numbers in ``acting.choose_path``'s docstring).
 """
 
 from __future__ import annotations
@@ -59,8 +64,8 @@ def _best(fns: dict, repeats: int) -> dict:
 
 
 def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
+    from vccc_jax.envs import acting
     from vccc_jax.envs import lag as lag_lib
-    from vccc_jax.envs import rollout as rollout_lib
     from vccc_jax.train.networks import Actor
 
     net = Actor(2, (hidden, hidden))
@@ -76,7 +81,7 @@ def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
                 buf = lag_lib.push(buf, net.init(k, jnp.zeros((1, obs_dim))))
             lags = jax.random.randint(jax.random.PRNGKey(1), (B,), 0, K)
             obs0 = jax.random.normal(jax.random.PRNGKey(2), (B, obs_dim))
-            n_params = lag_lib.num_params(buf)
+            n_params = acting.num_params(buf)
 
             def scan(logits_fn, prep):
                 def run(buf, lags, obs0, key):
@@ -94,19 +99,31 @@ def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
                 return jax.jit(run).lower(buf, lags, obs0, jax.random.PRNGKey(3)).compile()
 
             def table_fn(tab, lags, t, obs):
-                return rollout_lib.versioned_logits(net.apply, tab, tab.rows(lags), obs)
+                return acting.versioned_logits(net.apply, tab, tab.rows(lags), obs)
 
             def env_fn(ev, lags, t, obs):
-                return rollout_lib.per_env_logits(net.apply, ev.newest, ev.params, ev.lag, obs)
+                return acting.per_env_logits(net.apply, ev.newest, ev.params, ev.lag, obs)
 
             def switch_fn(ev, lags, t, obs):
                 lag_t = lag_lib.switch_lags(ev.lag, t, every=1)
                 lag_t = jnp.maximum(lag_t, ev.lag)  # same lags, but gathered every step
-                return rollout_lib.per_env_logits(
+                return acting.per_env_logits(
                     net.apply, ev.newest, lag_lib.gather(ev.buffer, lag_t), lag_t, obs)
 
             def sorted_fn(sv, lags, t, obs):
-                return rollout_lib.sorted_logits(net.apply, sv, obs)
+                return acting.sorted_logits(net.apply, sv, obs)
+
+            def fused_prep(b, lg):
+                ev = acting.env_versions(b, lg)
+                both = jax.tree_util.tree_map(
+                    lambda n, q: jnp.concatenate([jnp.broadcast_to(n, q.shape), q]),
+                    ev.newest, ev.params)
+                return ev.replace(params=both)
+
+            def fused_fn(ev, lags, t, obs):
+                out = jax.vmap(net.apply)(ev.params, jnp.concatenate([obs, obs]))
+                target, own = out[:obs.shape[0]], out[obs.shape[0]:]
+                return acting.lag_zero_exact(ev.lag, target, own), target
 
             def plain_fn(p, lags, t, obs):
                 out = net.apply(p, obs)
@@ -114,11 +131,12 @@ def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
 
             progs = {
                 "plain": scan(plain_fn, lambda b, lg: lag_lib.get(b, 0)),
-                "table": scan(table_fn, lambda b, lg: lag_lib.lag_table(b)),
-                "per_env": scan(env_fn, lag_lib.env_versions),
-                "sorted": scan(sorted_fn, lambda b, lg, B=B, K=K: lag_lib.sorted_versions(
-                    b, lg, lag_lib.sort_chunk(B, K))),
-                "per_env_switch": scan(switch_fn, lag_lib.env_versions),
+                "table": scan(table_fn, lambda b, lg: acting.lag_table(b)),
+                "per_env": scan(env_fn, acting.env_versions),
+                "sorted": scan(sorted_fn, lambda b, lg, B=B, K=K: acting.sorted_versions(
+                    b, lg, acting.sort_chunk(B, K))),
+                "per_env_switch": scan(switch_fn, acting.env_versions),
+                "fused": scan(fused_fn, fused_prep),
             }
             args = (buf, lags, obs0, jax.random.PRNGKey(3))
             best = _best({n: (lambda p=p: p(*args)) for n, p in progs.items()}, repeats)
@@ -132,6 +150,15 @@ ROWS = {
     "sync-gae": dict(lag="fixed:0", num_versions=1, critic="gae"),
     "lag8-vccc": dict(lag="uniform:7", num_versions=8, critic="vccc"),
     "lag32-vtrace": dict(lag="uniform:31", num_versions=32, critic="vtrace"),
+}
+# optional rows (``--rows``) that take the update apart: the lagged rows' critics without lag,
+# and the lagged rollout with sync's critic
+EXTRA_ROWS = {
+    "sync-vccc": dict(lag="fixed:0", num_versions=1, critic="vccc"),
+    "sync-vtrace": dict(lag="fixed:0", num_versions=1, critic="vtrace"),
+    "lag8-gae": dict(lag="uniform:7", num_versions=8, critic="gae"),
+    "lag32-gae": dict(lag="uniform:31", num_versions=32, critic="gae"),
+    "lag8k32-gae": dict(lag="uniform:7", num_versions=32, critic="gae"),  # the ring's cost
 }
 
 
@@ -152,23 +179,25 @@ def train(envs, timesteps, seeds: int, repeats: int) -> None:
         print(f"# {_load()}", flush=True)
 
 
-def profile(envs, timesteps, seeds: int, repeats: int, paths) -> None:
+def profile(envs, timesteps, seeds: int, repeats: int, paths, rows) -> None:
     """Where an update's time goes: per row and rollout path, the whole training program vs
     a program of the same number of rollouts alone (``train.trainer.rollout_step``, the env
-    carry threaded through). Run it with one XLA thread for CPU times that repeat to ~1%:
-    XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"."""
-    from vccc_jax.envs import lag as lag_lib
+    carry threaded through). Run it on one core (``taskset -c 1``) with
+    XLA_FLAGS="--xla_cpu_multi_thread_eigen=false". Each program runs on one copy of its
+    inputs: its time moves by up to ~10% from one copy to another (``benchmarks.train.
+    time_rows``' placements), so smaller differences are not resolved here."""
+    from vccc_jax.envs import acting
     from vccc_jax.train.programs import program_values
     from vccc_jax.train.trainer import TrainConfig, Trainer, rollout_step, train_scan
 
     print(f"# profile: seeds={seeds}, best of {repeats}; {_load()}")
     print("envs,row,path,program,cpu_s,wall_s,rollouts_vs_sync")
-    choose = lag_lib.choose_path
+    choose = acting.choose_path
     for B, T in zip(envs, timesteps):
         fns = {}
-        for name, cfg in ROWS.items():
-            for path in (("auto",) if name == "sync-gae" else paths):
-                lag_lib.choose_path = (choose if path == "auto" else
+        for name, cfg in rows.items():
+            for path in (("auto",) if cfg["lag"] == "fixed:0" else paths):
+                acting.choose_path = (choose if path == "auto" else
                                        (lambda *a, p=path, **k: p))
                 tr = Trainer(TrainConfig(total_timesteps=T, num_envs=B, num_seeds=seeds,
                                          **cfg))
@@ -189,7 +218,7 @@ def profile(envs, timesteps, seeds: int, repeats: int, paths) -> None:
                 run = jax.jit(rollouts).lower(st).compile()
                 fns[(name, path, "rollouts")] = (lambda f=run, s=st: f(s))
                 fns[(name, path, "train")] = (lambda f=whole, s=st: f(s))
-        lag_lib.choose_path = choose
+        acting.choose_path = choose
         best = _best(fns, repeats)
         sync = best[("sync-gae", "auto", "rollouts")][1]
         for (name, path, prog), (w, c) in best.items():
@@ -211,6 +240,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--paths", default="auto,sorted,per_env,table",
                     help="profile: the rollout paths of the lagged rows")
+    ap.add_argument("--rows", default=",".join(ROWS),
+                    help="profile: rows, of " + ",".join([*ROWS, *EXTRA_ROWS]))
     a = ap.parse_args()
     envs = [int(x) for x in a.envs.split(",")]
     if a.what == "micro":
@@ -221,7 +252,9 @@ def main() -> None:
         if a.what == "train":
             train(envs, ts, a.seeds, a.repeats)
         else:
-            profile(envs, ts, a.seeds, a.repeats, a.paths.split(","))
+            table = {**ROWS, **EXTRA_ROWS}
+            profile(envs, ts, a.seeds, a.repeats, a.paths.split(","),
+                    {n: table[n] for n in ["sync-gae", *a.rows.split(",")]})
 
 
 if __name__ == "__main__":

@@ -66,6 +66,15 @@ def test_record_round_trip_newest_and_key(tmp_path):
     assert g.key(A) != g.key(older)  # other rows: resume does not skip it
     assert g.key(A) == g.key(dict(A, date="later", timings=[]))
     assert g.read_record(tmp_path / "none.jsonl") == []
+    # placements: in the key (a 3-placement grid does not resume from a 1-placement one);
+    # records written before the field count as 1; per-placement CPU times come back as tuples
+    placed = dict(A, placements=3)
+    assert g.key(placed) != g.key(A) and g.key(A) == g.key({**A, "placements": 1})
+    t = Timing("sync-gae", 1.0, 2.0, 1024, 20.0, cpu_s=2.0, placement_cpu_s=(1.9, 2.0, 2.4))
+    rec = g.make_record(g.Cell(1, 4, 2), [t], repeats=3, placements=3, actor="truncate",
+                        load_start=1.0, load_end=1.0, meta=META)
+    g.append_record(path, rec)
+    assert rec["placements"] == 3 and g.timings(g.read_record(path)[-1]) == [t]
 
 
 def test_grid_table_ratios_wall_and_cpu():
@@ -137,19 +146,23 @@ def _settings(argv):
 
 
 def test_flags_grid_cells_rows_and_repeats():
-    rows, cells, repeats = _settings(["--grid"])
+    rows, cells, repeats, placements = _settings(["--grid"])
     assert rows == ["reference", "sync-gae", "lag8-vccc", "lag32-vtrace"] and repeats == 3
+    assert placements == 3
     assert [(c.seeds, c.envs) for c in cells] == [(1, 4), (1, 64), (1, 512), (8, 4), (8, 64),
                                                   (8, 512)]
     assert [c.updates for c in cells] == [g.UPDATES[(c.seeds, c.envs)] for c in cells]
     # explicit flags win over --grid
-    rows, cells, repeats = _settings(["--grid", "--seeds", "8", "--rows", "sync-gae",
-                                      "--repeats", "2"])
+    rows, cells, repeats, placements = _settings(["--grid", "--seeds", "8", "--rows",
+                                                  "sync-gae", "--repeats", "2",
+                                                  "--placements", "2"])
     assert rows == ["sync-gae"] and repeats == 2 and [c.seeds for c in cells] == [8, 8, 8]
+    assert placements == 2
     # one cell without --grid: the old default, 500k steps per seed at 4 envs, best of 5
-    rows, cells, repeats = _settings([])
+    rows, cells, repeats, placements = _settings([])
     assert cells == [g.Cell(1, 4, 500_000 // 512)] and repeats == 5 and "lag8-gae" in rows
-    _, cells, _ = _settings(["--envs", "4,64"])  # several cells: per-cell updates
+    assert placements == 1
+    _, cells, _, _ = _settings(["--envs", "4,64"])  # several cells: per-cell updates
     assert [c.updates for c in cells] == [g.UPDATES[(1, 4)], g.UPDATES[(1, 64)]]
 
 

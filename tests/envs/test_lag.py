@@ -157,29 +157,3 @@ def test_switch_times_off_the_multiples_match_a_step_by_step_loop():
                     ref = np.maximum(ref - stride, 0)
                 got = lag_lib.switch_lags(lags0, jnp.int32(t), every=every, stride=stride)
                 np.testing.assert_array_equal(got, ref, err_msg=f"every={every} stride={stride} t={t}")
-
-
-def test_recorded_lags_in_the_first_updates_match_a_brute_force_loop():
-    """The version tables of the first K + 1 updates (the ring not yet full, then full):
-    row j of ``lag_table`` records lag min(j, k) after k pushes (capped at K - 1), the version
-    k - that lag, and holds that version's parameters; ``common_table`` likewise for its two
-    rows, for every common lag."""
-    k_ring = 4
-    buf = lag_lib.init_buffer(_params(0), k_ring)
-    table, common = jax.jit(lag_lib.lag_table), jax.jit(lag_lib.common_table)
-    for pushes in range(k_ring + 2):
-        if pushes:
-            buf = lag_lib.push(buf, _params(pushes))
-        cap = min(pushes, k_ring - 1)  # versions 0..pushes exist; the ring keeps K of them
-        want_lag = np.array([min(j, cap) for j in range(k_ring)])
-        t = table(buf)
-        np.testing.assert_array_equal(t.row_lag, want_lag, err_msg=f"after {pushes} pushes")
-        np.testing.assert_array_equal(t.version, pushes - want_lag)
-        np.testing.assert_array_equal(t.params["b"][:, 0], pushes - want_lag)
-        np.testing.assert_array_equal(t.rows(jnp.arange(k_ring + 2, dtype=jnp.int32)),
-                                      np.minimum(np.arange(k_ring + 2), k_ring - 1))
-        for lag in range(k_ring + 1):
-            c = common(buf, jnp.int32(lag))
-            np.testing.assert_array_equal(c.row_lag, [0, min(lag, cap)])
-            np.testing.assert_array_equal(c.version, [pushes, pushes - min(lag, cap)])
-            np.testing.assert_array_equal(c.params["b"][:, 0], [pushes, pushes - min(lag, cap)])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from toy_envs import LegacyStopOrGo, StopOrGo
 
+from vccc_jax.envs import acting
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.train.networks import Actor
@@ -89,7 +90,7 @@ def test_lag_zero_gives_exactly_zero_log_ratios():
 
 
 def test_common_table_acts_with_one_version_for_every_env():
-    """``lag.common_table``: two rows (the newest, the common lag L), 2 x B actor rows per
+    """``acting.common_table``: two rows (the newest, the common lag L), 2 x B actor rows per
     step whatever K; at L = 0 the log-ratios are exactly 0, at L = 1 the behaviour matches
     the lag table's (K rows) to float32 rounding."""
     env, env_params = gymnax.make("CartPole-v1")
@@ -99,10 +100,10 @@ def test_common_table_acts_with_one_version_for_every_env():
         lambda x: 3.0 * x + 0.1, p0))
     carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), B)
     roll = functools.partial(rollout_lib.rollout, env, env_params, net.apply, num_steps=8)
-    common = jax.jit(lambda lag: roll(lag_lib.common_table(buf, lag), carry,
+    common = jax.jit(lambda lag: roll(acting.common_table(buf, lag), carry,
                                       jax.random.PRNGKey(2), lags=jnp.full((B,), lag)))
-    table = lag_lib.common_table(buf, jnp.int32(1))
-    assert lag_lib.VersionTable is type(table) and table.num_rows == 2
+    table = acting.common_table(buf, jnp.int32(1))
+    assert acting.VersionTable is type(table) and table.num_rows == 2
     _, at0 = common(jnp.int32(0))
     log_pi = jnp.take_along_axis(at0.log_pi_all, at0.action[..., None], -1)[..., 0]
     assert np.all(np.asarray(log_pi - at0.log_mu) == 0.0)

@@ -28,21 +28,21 @@ _BYO = ("tests/verify/test_byo.py",)
 
 MUTANTS = (
     # ---------------------------------------------------------------- issue 28: per-env rollout
-    Mutant("rollout-lag0-where", "vccc_jax/envs/rollout.py",
+    Mutant("rollout-lag0-where", "vccc_jax/envs/acting.py",
            "return jnp.where((lags == 0)[:, None], target, own)",
            "return jnp.where((lags == 1)[:, None], target, own)",
            "lag-1 envs on the per-env and sorted paths act with the newest version; lag-0 "
            "log-ratios no longer exactly 0 where those kernels round differently", "i28"),
-    Mutant("lag-env-versions-slot", "vccc_jax/envs/lag.py",
+    Mutant("lag-env-versions-slot", "vccc_jax/envs/acting.py",
            "params=gather(buffer, lags), newest=get(buffer, 0),",
            "params=gather(buffer, lags + 1), newest=get(buffer, 0),",
            "every per-env version one update older than its logged lag", "i28",
-           ("tests/envs/test_rollout_paths.py",)),
-    Mutant("lag-sorted-pick-offset", "vccc_jax/envs/lag.py",
+           ("tests/envs/test_acting.py",)),
+    Mutant("lag-sorted-pick-offset", "vccc_jax/envs/acting.py",
            "pick_sorted = (start[i // chunk] + sl - lo[i // chunk]) * chunk + i % chunk",
            "pick_sorted = (start[i // chunk] + sl - lo[i // chunk]) * chunk",
            "every env on the sorted path acts on its chunk's first env's observation", "i28",
-           ("tests/envs/test_rollout_paths.py",)),
+           ("tests/envs/test_acting.py",)),
     # ---------------------------------------------------------------- issue 27's table
     Mutant("learner-log-rhos-sign", "vccc_jax/train/learner.py",
            "log_rhos=log_pi_old - log_mu,", "log_rhos=log_mu - log_pi_old,",
@@ -79,7 +79,7 @@ MUTANTS = (
            "x = jnp.swapaxes(x.reshape((num_minibatches, T * n // num_minibatches)"
            " + x.shape[2:]), 0, 1)",
            "minibatches are blocks of envs, not every env in each", "issue 27", _TRAINER),
-    Mutant("lag-table-available", "vccc_jax/envs/lag.py",
+    Mutant("lag-table-available", "vccc_jax/envs/acting.py",
            "complete: bool) -> VersionTable:\n"
            "    lags = jnp.clip(jnp.asarray(lags, jnp.int32), 0, available(buffer) - 1)",
            "complete: bool) -> VersionTable:\n"

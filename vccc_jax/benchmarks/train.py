@@ -24,8 +24,9 @@ the user's cache neither helps nor fills), then **warm**: the in-memory caches c
 loaded from that cache -- what a second ``vccc`` run of the same config pays now that
 ``vccc`` keeps JAX's persistent cache on (``train.compile_cache``). Throughput is measured on the
 compiled executables, round-robin (every round runs every row once, so all rows see
-the same background load; odd rounds run the rows in reverse order), keeping each row's
-best of ``--repeats`` rounds; env steps of all seeds count. Each run is timed twice: wall
+the same background load; odd rounds run the rows in reverse order), keeping for each of a
+row's ``--placements`` copies of its input state the best of ``--repeats`` rounds, and the
+median over the placements (:func:`time_rows`); env steps of all seeds count. Each run is timed twice: wall
 clock (``run s``, the env steps/s column) and the process CPU time of the run (``cpu s``,
 all threads; ``time.process_time``). On a shared, oversubscribed machine the wall clock
 mostly measures waiting for a core, and the CPU-time ratio is the one that compares the
@@ -230,6 +231,7 @@ class Timing(NamedTuple):
     final_return: float
     cpu_s: Optional[float] = None  # best process CPU seconds of a run (None: not measured)
     warm_s: Optional[float] = None  # compile with the persistent cache warm (None: no hit)
+    placement_cpu_s: Optional[tuple] = None  # best CPU s on each placement (time_rows)
 
     @property
     def steps_per_s(self) -> float:
@@ -347,21 +349,42 @@ def prepare_trainer(name: str, seeds: int, timesteps: int, warm: bool = True,
                     warm_s)
 
 
-def time_rows(rows: list[Prepared], repeats: int) -> list[Timing]:
-    """Round-robin timing: every round runs every row once; the best run of each row is
-    kept. Interleaving makes rows see the same background load (the CPU is shared)."""
-    best = {r.name: float("inf") for r in rows}
-    best_cpu = dict(best)
+def placed(args: tuple, placements: int) -> list[tuple]:
+    """``placements`` copies of a row's arguments, each array a fresh buffer (the first is
+    the arguments themselves): the same program on the same numbers at other addresses."""
+    def copy(x):
+        return jnp.array(x, copy=True) if isinstance(x, jax.Array) else x
+    return [args] + [jax.tree_util.tree_map(copy, args) for _ in range(placements - 1)]
+
+
+def time_rows(rows: list[Prepared], repeats: int, placements: int = 1) -> list[Timing]:
+    """Round-robin timing: every round runs every row once on each of its ``placements``
+    (:func:`placed`; odd rounds in reverse order); per placement the best of ``repeats``
+    runs, per row the median over its placements (wall clock and process CPU time apart).
+    Interleaving makes rows see the same background load (the CPU is shared). Placements:
+    one compiled program's best times differ by up to ~10% from one copy of its input
+    state to another (CartPole sync-gae at 4 envs, one core, 2026-12-02: 0.593-0.659 s over
+    3 copies x 2 compiles), more than the round-robin best removes."""
+    if repeats < 1 or placements < 1:
+        raise ValueError(f"repeats and placements must be >= 1, got {repeats}, {placements}")
+    runs = [(r, i, a) for r in rows for i, a in enumerate(placed(r.args, placements))]
+    best = {(r.name, i): [float("inf"), float("inf")] for r, i, _ in runs}
     finals = {}
-    for i in range(repeats):
-        for r in (rows if i % 2 == 0 else rows[::-1]):
+    for k in range(repeats):
+        for r, i, args in (runs if k % 2 == 0 else runs[::-1]):
             t0, c0 = time.perf_counter(), time.process_time()
-            out = jax.block_until_ready(r.fn(*r.args))
-            best[r.name] = min(best[r.name], time.perf_counter() - t0)
-            best_cpu[r.name] = min(best_cpu[r.name], time.process_time() - c0)
+            out = jax.block_until_ready(r.fn(*args))
+            b = best[(r.name, i)]
+            b[0] = min(b[0], time.perf_counter() - t0)
+            b[1] = min(b[1], time.process_time() - c0)
             finals[r.name] = r.final_return(out)
-    return [Timing(r.name, r.compile_s, best[r.name], r.env_steps, finals[r.name],
-                   best_cpu[r.name], r.warm_s) for r in rows]
+
+    def median(j, name):
+        return float(np.median([best[(name, i)][j] for i in range(placements)]))
+    return [Timing(r.name, r.compile_s, median(0, r.name), r.env_steps, finals[r.name],
+                   median(1, r.name), r.warm_s,
+                   tuple(best[(r.name, i)][1] for i in range(placements))
+                   if placements > 1 else None) for r in rows]
 
 
 ROWS = {

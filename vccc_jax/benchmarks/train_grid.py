@@ -2,7 +2,8 @@
 
 A grid is a list of cells (seeds, envs); every cell is one ``vccc bench train`` measurement
 (:mod:`vccc_jax.benchmarks.train`: rows compiled cold one after the other, then timed
-round-robin, best of ``--repeats``, wall and process CPU time) at ``envs`` envs x 128 steps
+round-robin, best of ``--repeats`` per placement, median over ``--placements`` copies of the
+input state, wall and process CPU time) at ``envs`` envs x 128 steps
 and ``seeds`` vmapped seeds. The issue's grid (``--grid``):
 
   rows   reference (the in-process PureJaxRL-style PPO), sync-gae (``fixed:0``, K = 1),
@@ -109,21 +110,23 @@ def parse_ints(text: str, flag: str) -> tuple[int, ...]:
 def key(rec: dict) -> tuple:
     """What makes two records the same measurement (resume skips a cell with this key)."""
     return (rec["seeds"], rec["envs"], rec["updates"], tuple(rec["rows"]), rec["repeats"],
-            rec["actor"])
+            rec["actor"], rec.get("placements", 1))
 
 
 def make_record(cell: Cell, timings: Sequence[Timing], *, repeats: int, actor: str,
-                load_start: float, load_end: float, meta: dict) -> dict:
+                load_start: float, load_end: float, meta: dict, placements: int = 1) -> dict:
     """One cell's JSON record: the cell, settings, loads (1-minute average at start and end)
     and every row's timing; ``meta``: date, command, jax version, host, git revision..."""
     return dict(meta, seeds=cell.seeds, envs=cell.envs, updates=cell.updates,
-                num_steps=NUM_STEPS, timesteps=cell.timesteps, repeats=repeats, actor=actor,
+                num_steps=NUM_STEPS, timesteps=cell.timesteps, repeats=repeats,
+                placements=placements, actor=actor,
                 rows=[t.name.split(" ")[0] for t in timings], load_start=load_start,
                 load_end=load_end, timings=[t._asdict() for t in timings])
 
 
 def timings(rec: dict) -> list[Timing]:
-    return [Timing(**t) for t in rec["timings"]]
+    return [Timing(**{k: tuple(v) if isinstance(v, list) else v for k, v in t.items()})
+            for t in rec["timings"]]
 
 
 def read_record(path: str | os.PathLike) -> list[dict]:
@@ -300,6 +303,10 @@ def _loads(records: Sequence[dict]) -> str:
     return f"{min(vals):.1f}-{max(vals):.1f}" if vals else "-"
 
 
+def _placements(records: Sequence[dict]) -> str:
+    return "/".join(str(p) for p in sorted({r.get("placements", 1) for r in records}))
+
+
 def block(records: Sequence[dict], baseline: Sequence[dict] = ()) -> str:
     """The generated docs block: date, command, jax version, machine, load, the table and the
     targets of the newest record of every cell (and :func:`compare` with ``baseline``)."""
@@ -319,8 +326,11 @@ def block(records: Sequence[dict], baseline: Sequence[dict] = ()) -> str:
             + "; ".join(f"`{c}`" for c in commands)
             + f". CartPole-v1, envs x {NUM_STEPS} steps, 4 epochs x 4 minibatches, 64-unit tanh "
             "MLPs; rows compiled cold one after the other, then timed round-robin (odd rounds "
-            "reversed), best of the repeats, env steps of all seeds counted; ratios are env "
-            "steps/s over the named row's, in wall clock and in process CPU time.")
+            f"reversed), best of the repeats on each of {_placements(records)} placement(s) "
+            "(copies of a row's input state at fresh addresses: one program's best times differ "
+            "by up to ~10% between them), the median over placements, env steps of all seeds "
+            "counted; ratios are env steps/s over the named row's, in wall clock and in process "
+            "CPU time.")
     loads = [v for r in records for v in (r["load_start"], r["load_end"])]
     cpus = min((r.get("cpus") or 0) for r in records)
     if cpus and max(loads) > cpus:

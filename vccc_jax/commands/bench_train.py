@@ -63,7 +63,11 @@ def train_parser() -> Parser:
                    help="env steps per seed, rounded down to whole updates (default 500000 "
                         "for one cell; several cells: the updates of train_grid.UPDATES)")
     p.add_argument("--repeats", type=_positive_int, default=None,
-                   help="round-robin rounds; each row's best run is kept (default 5; --grid 3)")
+                   help="round-robin rounds; the best run of each placement is kept (default 5; "
+                        "--grid 3)")
+    p.add_argument("--placements", type=_positive_int, default=None,
+                   help="copies of each row's input state (fresh buffers), timed apart; a row's "
+                        "time is the median over them (default 1; --grid 3)")
     p.add_argument("--rows", default=None,
                    help="comma-separated subset of: " + ",".join(b.ROW_NAMES))
     p.add_argument("--actor", default="truncate", help="actor weight of our trainer rows")
@@ -103,7 +107,7 @@ def _continuous(args) -> Callable[[], int]:
     def bench() -> int:
         _out(bc.header(timesteps, seeds, repeats))
         prepared = bc.prepare(wanted, seeds, timesteps, actor=args.actor, progress=_err)
-        results = b.time_rows(prepared, repeats)
+        results = b.time_rows(prepared, repeats, args.placements or 1)
         _out(b.format_table(results))
         tail = b.footer(results, ref_target=1.0)
         if tail:
@@ -113,8 +117,8 @@ def _continuous(args) -> Callable[[], int]:
     return bench
 
 
-def settings(args) -> tuple[list, list, int]:
-    """(rows, cells, repeats) of parsed flags (``--grid`` fills what was not given);
+def settings(args) -> tuple[list, list, int, int]:
+    """(rows, cells, repeats, placements) of parsed flags (``--grid`` fills what was not given);
     ValueError on bad values."""
     from vccc_jax.benchmarks import train as b
     from vccc_jax.benchmarks import train_grid as g
@@ -129,7 +133,8 @@ def settings(args) -> tuple[list, list, int]:
     if timesteps is None and len(seeds) * len(envs) == 1 and not args.grid:
         timesteps = 500_000
     repeats = args.repeats or (3 if args.grid else 5)
-    return rows, g.plan(seeds, envs, timesteps), repeats
+    placements = args.placements or (3 if args.grid else 1)
+    return rows, g.plan(seeds, envs, timesteps), repeats, placements
 
 
 def _meta(argv: list) -> dict:
@@ -153,7 +158,7 @@ def train(argv: list[str]) -> Callable[[], int]:
     args = train_parser().parse_args(argv)
     if args.continuous:
         return _continuous(args)
-    rows, cells, repeats = settings(args)
+    rows, cells, repeats, placements = settings(args)
     for cell in cells:  # the trainer's own validation, before anything compiles
         for name in rows:
             if name != "reference":
@@ -178,7 +183,8 @@ def train(argv: list[str]) -> Callable[[], int]:
         meta = _meta(argv)
         done = {g.key(r): r for r in g.read_record(args.out)} if args.resume else {}
         _out(f"# vccc bench train: CartPole-v1, {len(cells)} cell(s) (seeds x envs x 128 steps)"
-             f", rows {','.join(rows)}, best of {repeats} round-robin rounds; jax "
+             f", rows {','.join(rows)}, best of {repeats} round-robin rounds, median of "
+             f"{placements} placement(s); jax "
              f"{meta['jax']} on {meta['platform']}, {meta['cpus']} CPUs, git {meta['git']}, "
              "load average " + "/".join(f"{x:.1f}" for x in os.getloadavg()))
         records = []
@@ -186,7 +192,8 @@ def train(argv: list[str]) -> Callable[[], int]:
             what = (f"{cell.seeds} seed(s) x {cell.envs} envs, {cell.updates} updates "
                     f"({cell.timesteps:,} env steps/seed)")
             probe = dict(seeds=cell.seeds, envs=cell.envs, updates=cell.updates,
-                         rows=[r.split(" ")[0] for r in rows], repeats=repeats, actor=args.actor)
+                         rows=[r.split(" ")[0] for r in rows], repeats=repeats, actor=args.actor,
+                         placements=placements)
             if g.key(probe) in done:
                 _err(f"# cell {i + 1}/{len(cells)}: {what}: in {args.out}, skipped (--resume)")
                 records.append(done[g.key(probe)])
@@ -195,9 +202,11 @@ def train(argv: list[str]) -> Callable[[], int]:
             load0, t0 = os.getloadavg()[0], time.perf_counter()
             prepared = b.prepare(rows, cell.seeds, cell.timesteps, actor=args.actor,
                                  progress=_err, num_envs=cell.envs, warm=len(cells) == 1)
-            _err(f"# cell {i + 1}/{len(cells)}: timing, best of {repeats}")
-            results = b.time_rows(prepared, repeats)
-            rec = g.make_record(cell, results, repeats=repeats, actor=args.actor,
+            _err(f"# cell {i + 1}/{len(cells)}: timing, best of {repeats} x {placements} "
+                 "placement(s)")
+            results = b.time_rows(prepared, repeats, placements)
+            rec = g.make_record(cell, results, repeats=repeats, placements=placements,
+                                actor=args.actor,
                                 load_start=load0, load_end=os.getloadavg()[0],
                                 meta=dict(meta, wall_s=time.perf_counter() - t0))
             if args.out:

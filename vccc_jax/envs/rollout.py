@@ -22,13 +22,10 @@ environments. Each step records, time-major ``[T, B, ...]``:
 * ``episode_return`` / ``episode_length`` of episodes that ended at t (0 elsewhere);
 * optionally ``env_state`` (the full gymnax state at s_t) for Monte-Carlo ground truth.
 
-The lagged actor runs one of four ways (``lag.acting_actor`` / ``lag.choose_path``): once
-per version on the whole batch (:func:`versioned_logits` over a ``lag.VersionTable``: V x B
-forwards per step, memory O(V x params)), once per (chunk, version) pair of the lag-sorted
-envs (:func:`sorted_logits` over ``lag.SortedVersions``: at most B + (K - 1) x chunk rows in
-chunk-row matmuls, plus the newest's plain forward) or once per env with its own version
-(:func:`per_env_logits` over ``lag.EnvVersions``: B per-env forwards plus the newest's plain
-forward, memory O(B x params)). Synchronous rollouts (plain params) run one plain forward.
+The lagged actor runs one of four ways, chosen per compiled program
+(:mod:`vccc_jax.envs.acting`: ``acting_actor`` / ``choose_path``); each step asks
+``acting.step_logits`` for the behaviour and newest logits. Synchronous rollouts (plain params)
+run one plain forward.
 
 Time-limit detection: gymnax >= 1.0 returns ``terminated`` and ``truncated`` from
 ``env.step``; older gymnax merges them in ``done``. For the old API we detect the cut from the
@@ -44,8 +41,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from vccc_jax.envs import acting, samplers
 from vccc_jax.envs import lag as lag_lib
-from vccc_jax.envs import samplers
 
 Array = chex.Array
 ApplyFn = Callable[[Any, Array], Array]  # (params, obs) -> logits [..., A]
@@ -174,52 +171,6 @@ class Trajectory:
 # --------------------------------------------------------------------------------------
 
 
-def versioned_logits(apply_fn: ApplyFn, table: lag_lib.VersionTable, rows: Array,
-                     obs: Array) -> tuple[Array, Array]:
-    """Behaviour and newest-version logits [B, A] of per-env table ``rows`` [B] at ``obs``.
-
-    The actor runs once per table row on the whole batch (one batched matmul over [V, B]
-    rows: memory O(V x params), no per-env copy of the params); each env then picks its
-    row. Everything stays on the env axis with its env, so a batch sharded over envs moves
-    no rows between devices. Row 0 is the newest version, so an env at lag 0 takes the very
-    bits of the target logits and its log-ratios are exactly 0.
-    """
-    logits = jax.vmap(apply_fn, in_axes=(0, None))(table.params, obs)  # [V, B, A]
-    behaviour = jnp.take_along_axis(logits, rows[None, :, None], axis=0)[0]
-    return behaviour, logits[0]
-
-
-def lag_zero_exact(lags: Array, target: Array, own: Array) -> Array:
-    """The behaviour logits [B, A]: ``own`` (each env's version by a per-env or chunk
-    kernel), except envs at lag 0, which take the newest's plain-forward logits ``target``:
-    those kernels may round differently, and lag 0 must give the very bits of the target
-    logits, so that its log-ratios are exactly 0."""
-    return jnp.where((lags == 0)[:, None], target, own)
-
-
-def per_env_logits(apply_fn: ApplyFn, newest: Any, env_params: Any, lags: Array,
-                   obs: Array) -> tuple[Array, Array]:
-    """Behaviour and newest-version logits [B, A]: env b's own version (``env_params``,
-    leaves [B, ...]) by one forward per env (``vmap`` over (params, obs): a batched matvec,
-    memory O(B x params)), the newest by one plain forward over the batch; envs at lag 0
-    act with the latter (:func:`lag_zero_exact`)."""
-    target = apply_fn(newest, obs)
-    own = jax.vmap(apply_fn)(env_params, obs)
-    return lag_zero_exact(lags, target, own), target
-
-
-def sorted_logits(apply_fn: ApplyFn, actor: lag_lib.SortedVersions, obs: Array
-                  ) -> tuple[Array, Array]:
-    """Behaviour and newest-version logits [B, A] from lag-sorted (chunk, version) pairs
-    (``lag.sorted_versions``): one ``chunk``-row forward per pair, then each env picks its own
-    version's row; the newest by one plain forward over the batch; envs at lag 0 act with
-    the latter (:func:`lag_zero_exact`)."""
-    target = apply_fn(actor.newest, obs)
-    out = jax.vmap(apply_fn)(actor.params, obs[actor.rows])  # [P, chunk, A]
-    own = out.reshape((-1,) + out.shape[2:])[actor.pick]
-    return lag_zero_exact(actor.lag, target, own), target
-
-
 def rollout(
     env,
     env_params: Any,
@@ -248,12 +199,14 @@ def rollout(
       actor: plain actor params (synchronous: every env acts with them, lag 0), a
         :class:`~vccc_jax.envs.lag.VersionBuffer` (env b acts with the version ``lags[b]``
         updates old, capped by the versions pushed so far; the actor runs once per version
-        in ``lag.lag_table(actor, num_lags)``) or a :class:`~vccc_jax.envs.lag.VersionTable`
-        (the versions to run, e.g. ``lag.common_table`` when every env has the same lag),
-        or a :class:`~vccc_jax.envs.lag.EnvVersions` (each env's own version, one forward
-        per env: :func:`per_env_logits`), or a :class:`~vccc_jax.envs.lag.SortedVersions`
-        (one forward per (chunk, version) pair of the lag-sorted envs: :func:`sorted_logits`;
-        no mid-rollout switch). ``lag.acting_actor`` picks one of the last four.
+        in ``acting.lag_table(actor, num_lags)``) or a
+        :class:`~vccc_jax.envs.acting.VersionTable`
+        (the versions to run, e.g. ``acting.common_table`` when every env has the same lag),
+        or a :class:`~vccc_jax.envs.acting.EnvVersions` (each env's own version, one forward
+        per env: ``acting.per_env_logits``), or a :class:`~vccc_jax.envs.acting.SortedVersions`
+        (one forward per (chunk, version) pair of the lag-sorted envs:
+        ``acting.sorted_logits``; no mid-rollout switch). ``acting.acting_actor`` picks one
+        of the last four.
       carry: :class:`EnvCarry` with B envs.
       key: jax.random key.
       num_steps: static T.
@@ -278,17 +231,10 @@ def rollout(
     the log-ratio is exactly 0 and every correction reduces to its uncorrected form there.
     """
     num_envs = carry.obs.shape[0]
-    per_env = isinstance(actor, lag_lib.EnvVersions)
-    grouped = isinstance(actor, lag_lib.SortedVersions)
-    if grouped:
-        if switch_every > 0:
-            raise ValueError("lag.SortedVersions fixes each env's lag for the rollout: no "
-                             "mid-rollout switches (use lag.env_versions or lag.lag_table)")
-        lags = actor.lag
-    versioned = isinstance(actor, (lag_lib.VersionBuffer, lag_lib.VersionTable))
-    if per_env:
-        lags = actor.lag
-    elif versioned:
+    if isinstance(actor, acting.SortedVersions) and switch_every > 0:
+        raise ValueError("acting.SortedVersions fixes each env's lag for the rollout: no "
+                         "mid-rollout switches (use acting.env_versions or acting.lag_table)")
+    if isinstance(actor, (lag_lib.VersionBuffer, acting.VersionTable)):
         if lags is None:
             raise ValueError("lags [num_envs] is required when actor is a VersionBuffer "
                              "or a VersionTable")
@@ -296,37 +242,17 @@ def rollout(
         lags = jnp.asarray(lags, jnp.int32)
         if isinstance(actor, lag_lib.VersionBuffer):
             lags = lag_lib.cap_lags(lags, lag_lib.available(actor))
-            actor = lag_lib.lag_table(actor, num_lags)
+            actor = acting.lag_table(actor, num_lags)
         if switch_every > 0 and not actor.complete:
-            raise ValueError("mid-rollout switches need a complete lag table (lag.lag_table)")
-        if switch_every <= 0:  # the same rows for the whole rollout
-            fixed_rows = actor.rows(lags)
+            raise ValueError("mid-rollout switches need a complete lag table (acting.lag_table)")
     step_env = jax.vmap(env_step_info, in_axes=(None, 0, 0, 0, None))
 
     def one_step(state: EnvCarry, xs):
         t, step_key = xs
         k_act, k_env = jax.random.split(step_key)
-        if per_env:
-            lag_t = lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)
-            params_t = (actor.params if switch_every <= 0  # else re-gathered at every step
-                        else lag_lib.gather(actor.buffer, lag_t))
-            logits_mu, logits_pi = per_env_logits(apply_fn, actor.newest, params_t, lag_t,
-                                                  state.obs)
-            version = lag_lib.version_ids(actor.buffer, lag_t)
-        elif grouped:
-            lag_t = lags
-            logits_mu, logits_pi = sorted_logits(apply_fn, actor, state.obs)
-            version = actor.version
-        elif versioned:
-            rows = (fixed_rows if switch_every <= 0 else actor.rows(
-                lag_lib.switch_lags(lags, t, every=switch_every, stride=switch_stride)))
-            logits_mu, logits_pi = versioned_logits(apply_fn, actor, rows, state.obs)
-            lag_t, version = actor.row_lag[rows], actor.version[rows]
-        else:
-            logits_pi = apply_fn(actor, state.obs)
-            logits_mu = logits_pi
-            lag_t = jnp.zeros((num_envs,), jnp.int32)
-            version = lag_t
+        logits_mu, logits_pi, lag_t, version = acting.step_logits(
+            apply_fn, actor, lags, state.obs, t, switch_every=switch_every,
+            switch_stride=switch_stride)
         log_pi_all = jax.nn.log_softmax(logits_pi, axis=-1)
         log_b_all = (jax.nn.log_softmax(logits_mu, axis=-1) if record_behaviour_log_probs
                      else None)

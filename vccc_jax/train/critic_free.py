@@ -23,7 +23,7 @@ chunks of ``eval_every`` updates, one host transfer per chunk), and the exact re
 the learner's policy (``tabular.token.policy_values``, compiled once for every law) is
 evaluated on device after each chunk. On a mesh (``train.sharding``: ``mesh=``) the episodes go over
 "data" in whole groups (``groups`` a multiple of its size); the rollout runs the actor once
-per version (``envs.rollout.versioned_logits``) and each device packs its own kept tokens
+per version (``envs.acting.versioned_logits``) and each device packs its own kept tokens
 into its share of the budget (``capacity`` / data rows: the same packed set as one device
 unless a share overflows), so the only collective per update is the gradient all-reduce
 (plus the per-prompt length statistics). Per update we report the return of the batch, the
@@ -46,8 +46,8 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from vccc_jax.envs import acting
 from vccc_jax.envs import lag as lag_lib
-from vccc_jax.envs.rollout import versioned_logits
 from vccc_jax.envs.token_env import exact_log_prob_fn, make_token_env
 from vccc_jax.estimators.related import ps_ppo
 from vccc_jax.tabular import token as tk
@@ -168,7 +168,7 @@ class CriticFree:
         lags = self.lag.sample(k_lag, B, self.num_versions, available=lag_lib.available(state.ring),
                                step=state.step)
         # the actor once per version on all episodes ([K, B] rows), not once per episode
-        table = self._on(lag_lib.lag_table(state.ring), P())
+        table = self._on(acting.lag_table(state.ring), P())
         rows = table.rows(lags)
         _, s0 = jax.vmap(self.env.reset_env, (0, None))(jax.random.split(k_run, B), self.env_params)
         s0 = s0.replace(prompt=prompts, q=task.prompt_state[prompts])
@@ -177,7 +177,7 @@ class CriticFree:
         def step(carry, key):
             st, alive = carry
             obs = jax.vmap(self.env.observation, (0, None))(st, self.env_params)[:, : self.nf]
-            logits, _ = versioned_logits(self.actor.apply, table, rows, obs)
+            logits, _ = acting.versioned_logits(self.actor.apply, table, rows, obs)
             ka, ke = jax.random.split(key)
             a = jax.random.categorical(ka, logits).astype(jnp.int32)
             log_mu = jnp.take_along_axis(jax.nn.log_softmax(logits), a[:, None], -1)[:, 0]

@@ -12,7 +12,7 @@ on one mesh):
   ``constrain`` hook of ``train.setup.Setup`` pins them to P(None, "data")) and every learner minibatch
   (P("data")). Per-env quantities stay on the env axis with their env: the rollout runs the
   actor once per version on the whole local batch or per env from a device-local gather of
-  the replicated ring (``envs.lag.acting_actor``), so NOTHING is communicated inside the
+  the replicated ring (``envs.acting.acting_actor``), so NOTHING is communicated inside the
   env-step loop, and learner minibatches shuffle each env's own steps
   (``learner.env_minibatches``): the learner's collectives are one gradient all-reduce per
   minibatch, two per epoch (advantage statistics) and the metrics' per update (counted in
@@ -23,7 +23,7 @@ on one mesh):
   (gradients are then reduce-scattered and params all-gathered per minibatch);
 * the version ring (``lag.VersionBuffer``) replicated while small (``ring="auto"``: under
   ``RING_REPLICATE_BYTES``), otherwise sharded like the params; the versions a rollout acts
-  with (``lag.VersionTable``, V rows) are replicated once per update, before the env loop;
+  with (``acting.VersionTable``, V rows) are replicated once per update, before the env loop;
 * seed keys, counters: on "seed" with their seed; the update index and the grid values
   (``train.programs.GridValues``) replicated.
 
@@ -247,7 +247,7 @@ def learner_constrain(mesh: Mesh, minibatch_size: Optional[int] = None):
     """The ``Setup.constrain`` hook: pins the rollout ("traj", leaves [T, B, ...]) to
     P(None, "data"), every minibatch ("minibatch", leaves [mb, ...]) to P("data") and the
     ring the rollout reads its versions from ("rollout_actor") to replicated (gathered once
-    per update, before the env-step loop; ``lag.acting_actor`` then reads it device-locally), so the learner's forward/backward runs split over "data" and
+    per update, before the env-step loop; ``acting.acting_actor`` then reads it device-locally), so the learner's forward/backward runs split over "data" and
     the compiler reduces the gradients with one all-reduce per minibatch. A minibatch that
     "data" does not divide is left to the partitioner. Other names pass through unchanged.
     Inside ``vmap(..., spmd_axis_name="seed")`` each spec gets the seed axis in front.

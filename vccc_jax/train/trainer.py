@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from vccc_jax.envs import acting
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.estimators.related import decoupled as dec
@@ -124,7 +125,7 @@ def update(setup: Setup, values: GridValues, state: TrainState, idx: Array
 
 def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_carry, key,
                  idx, k_lag=None):
-    """One rollout; ``lag.acting_actor`` picks how the actor runs (``lag.choose_path``: one
+    """One rollout; ``acting.acting_actor`` picks how the actor runs (``acting.choose_path``: one
     forward per version, per env from a gather of the ring, or per (chunk, version) pair of
     the lag-sorted envs when not on a mesh). ``k_lag`` None: every env at lag 0."""
     cfg = setup.cfg
@@ -133,7 +134,7 @@ def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_c
         lags = (jnp.zeros((cfg.num_envs,), jnp.int32) if k_lag is None else
                 sample_lags(setup, values, k_lag, avail, idx))
         common = setup.law.kind == "fixed" and cfg.switch_every <= 0  # one lag for all envs
-        actor_for_rollout = lag_lib.acting_actor(
+        actor_for_rollout = acting.acting_actor(
             setup.constrain("rollout_actor", versions), lags, num_lags=setup.num_versions,
             common_lag=(0 if k_lag is None else values.lag) if common else None,
             switch_every=cfg.switch_every, one_device=setup.spmd_axis is None)

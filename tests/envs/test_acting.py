@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vccc_jax.envs import acting
 from vccc_jax.envs import lag as lag_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.train.networks import Actor
@@ -53,7 +54,7 @@ def setup():
 
     @functools.partial(jax.jit, static_argnames=("path", "switch_every"))
     def run(buf, lags, path, switch_every=0):
-        actor = lag_lib.acting_actor(buf, lags, switch_every=switch_every, path=path)
+        actor = acting.acting_actor(buf, lags, switch_every=switch_every, path=path)
         return rollout_lib.rollout(env, env_params, net.apply, actor, carry,
                                    jax.random.PRNGKey(2), num_steps=T, lags=lags,
                                    switch_every=switch_every, switch_stride=1)[1]
@@ -121,20 +122,20 @@ def test_per_env_path_caps_lags_by_the_versions_pushed(setup):
 def test_acting_actor_paths_and_errors(setup):
     _, _, buf, _ = setup
     lags = jnp.asarray(LAGS)
-    per_env = lag_lib.acting_actor(buf, lags, path="per_env")
-    assert isinstance(per_env, lag_lib.EnvVersions)
+    per_env = acting.acting_actor(buf, lags, path="per_env")
+    assert isinstance(per_env, acting.EnvVersions)
     np.testing.assert_array_equal(per_env.lag, LAGS)
-    common = lag_lib.acting_actor(buf, jnp.full((B,), 2), common_lag=2, path="common")
-    assert isinstance(common, lag_lib.VersionTable) and common.num_rows == 2
+    common = acting.acting_actor(buf, jnp.full((B,), 2), common_lag=2, path="common")
+    assert isinstance(common, acting.VersionTable) and common.num_rows == 2
     np.testing.assert_array_equal(common.version, [K - 1, K - 3])
-    table = lag_lib.acting_actor(buf, lags, path="table", num_lags=3)
+    table = acting.acting_actor(buf, lags, path="table", num_lags=3)
     assert table.num_rows == 3
     with pytest.raises(ValueError, match="rollout path must be"):
-        lag_lib.acting_actor(buf, lags, path="grouped")
+        acting.acting_actor(buf, lags, path="grouped")
     with pytest.raises(ValueError, match="common path needs"):
-        lag_lib.acting_actor(buf, lags, path="common")
+        acting.acting_actor(buf, lags, path="common")
     with pytest.raises(ValueError, match="common path needs"):
-        lag_lib.acting_actor(buf, lags, path="common", common_lag=1, switch_every=2)
+        acting.acting_actor(buf, lags, path="common", common_lag=1, switch_every=2)
 
 
 P = 4610  # CartPole actor 4-64-64-2
@@ -170,14 +171,14 @@ P = 4610  # CartPole actor 4-64-64-2
     (4, 32, P, "tpu", False, 2, True, "table"),
 ])
 def test_choose_path_rule(B, K, params, backend, fixed, switch, one, want):
-    assert lag_lib.choose_path(B, K, params, backend, fixed, switch, one) == want
+    assert acting.choose_path(B, K, params, backend, fixed, switch, one) == want
 
 
 @pytest.mark.parametrize("B,K,chunk", [(512, 8, 16), (512, 32, 4), (64, 8, 2), (64, 32, 1),
                                        (100, 8, 2), (4, 8, 1), (96, 4, 6)])
 def test_sort_chunk(B, K, chunk):
     """The largest divisor of B that is <= B / (4 K), at least 1."""
-    assert lag_lib.sort_chunk(B, K) == chunk
+    assert acting.sort_chunk(B, K) == chunk
 
 
 _SORT_LAGS = {  # B = 12, K = 4: lag counts far from their mean
@@ -197,7 +198,7 @@ def test_sorted_versions_pick_each_envs_own_version(setup, name, chunk):
     params are env b's version (within the static bound of B / chunk + K - 1 pairs)."""
     _, _, buf, _ = setup
     lags = _SORT_LAGS[name]
-    sv = lag_lib.sorted_versions(buf, jnp.asarray(lags), chunk)
+    sv = acting.sorted_versions(buf, jnp.asarray(lags), chunk)
     n_envs = lags.shape[0]
     assert sv.rows.shape == (n_envs // chunk + K - 1, chunk)
     np.testing.assert_array_equal(np.asarray(sv.rows).reshape(-1)[np.asarray(sv.pick)],
@@ -220,7 +221,7 @@ def test_sorted_path_acts_like_the_table_with_exact_lag_zero(setup):
 
     @jax.jit
     def run_sorted(buf, lags):
-        actor = lag_lib.sorted_versions(buf, lags, 2)
+        actor = acting.sorted_versions(buf, lags, 2)
         return rollout_lib.rollout(env, env_params, net.apply, actor, carry,
                                    jax.random.PRNGKey(2), num_steps=T)[1]
 
@@ -247,17 +248,49 @@ def test_sorted_path_errors(setup):
     net, _, buf, _ = setup
     lags = jnp.asarray(LAGS)
     with pytest.raises(ValueError, match="chunk must divide num_envs=6"):
-        lag_lib.sorted_versions(buf, lags, 4)
+        acting.sorted_versions(buf, lags, 4)
     with pytest.raises(ValueError, match="no mid-rollout switches"):
-        lag_lib.acting_actor(buf, lags, path="sorted", switch_every=2)
+        acting.acting_actor(buf, lags, path="sorted", switch_every=2)
     env, env_params = gymnax.make("CartPole-v1")
     carry = rollout_lib.reset(env, env_params, jax.random.PRNGKey(1), B)
     with pytest.raises(ValueError, match="no mid-rollout switches"):
-        rollout_lib.rollout(env, env_params, net.apply, lag_lib.sorted_versions(buf, lags, 2),
+        rollout_lib.rollout(env, env_params, net.apply, acting.sorted_versions(buf, lags, 2),
                             carry, jax.random.PRNGKey(2), num_steps=T, switch_every=2)
-    assert isinstance(lag_lib.acting_actor(buf, lags, path="sorted"), lag_lib.SortedVersions)
+    assert isinstance(acting.acting_actor(buf, lags, path="sorted"), acting.SortedVersions)
 
 
 def test_choose_path_rejects_empty_sizes():
     with pytest.raises(ValueError, match="num_envs=0"):
-        lag_lib.choose_path(0, 8, P, "cpu", False, 0)
+        acting.choose_path(0, 8, P, "cpu", False, 0)
+
+
+def _marked_params(v):
+    """A tiny version whose every entry is its version id ``v``."""
+    v = jnp.asarray(v, jnp.float32)
+    return {"w": jnp.full((2, 3), v), "b": jnp.full((3,), v)}
+
+
+def test_recorded_lags_in_the_first_updates_match_a_brute_force_loop():
+    """The version tables of the first K + 1 updates (the ring not yet full, then full):
+    row j of ``lag_table`` records lag min(j, k) after k pushes (capped at K - 1), the version
+    k - that lag, and holds that version's parameters; ``common_table`` likewise for its two
+    rows, for every common lag."""
+    k_ring = 4
+    buf = lag_lib.init_buffer(_marked_params(0), k_ring)
+    table, common = jax.jit(acting.lag_table), jax.jit(acting.common_table)
+    for pushes in range(k_ring + 2):
+        if pushes:
+            buf = lag_lib.push(buf, _marked_params(pushes))
+        cap = min(pushes, k_ring - 1)  # versions 0..pushes exist; the ring keeps K of them
+        want_lag = np.array([min(j, cap) for j in range(k_ring)])
+        t = table(buf)
+        np.testing.assert_array_equal(t.row_lag, want_lag, err_msg=f"after {pushes} pushes")
+        np.testing.assert_array_equal(t.version, pushes - want_lag)
+        np.testing.assert_array_equal(t.params["b"][:, 0], pushes - want_lag)
+        np.testing.assert_array_equal(t.rows(jnp.arange(k_ring + 2, dtype=jnp.int32)),
+                                      np.minimum(np.arange(k_ring + 2), k_ring - 1))
+        for lag in range(k_ring + 1):
+            c = common(buf, jnp.int32(lag))
+            np.testing.assert_array_equal(c.row_lag, [0, min(lag, cap)])
+            np.testing.assert_array_equal(c.version, [pushes, pushes - min(lag, cap)])
+            np.testing.assert_array_equal(c.params["b"][:, 0], [pushes, pushes - min(lag, cap)])
