@@ -26,9 +26,9 @@ loaded from that cache -- what a second ``vccc`` run of the same config pays now
 compiled executables, round-robin (every round runs every row once, so all rows see
 the same background load; odd rounds run the rows in reverse order), keeping for each of a
 row's ``--placements`` copies of its input state the best of ``--repeats`` rounds, and the
-median over the placements (:func:`time_rows`); env steps of all seeds count. Each run is timed twice: wall
-clock (``run s``, the env steps/s column) and the process CPU time of the run (``cpu s``,
-all threads; ``time.process_time``). On a shared, oversubscribed machine the wall clock
+median over the placements (:func:`time_rows`); env steps of all seeds count. Each run is
+timed twice: wall clock (``run s``, the env steps/s column) and the process CPU time of the
+run (``cpu s``, all threads; ``time.process_time``). On a shared, oversubscribed machine the wall clock
 mostly measures waiting for a core, and the CPU-time ratio is the one that compares the
 programs; the header prints the load average.
 

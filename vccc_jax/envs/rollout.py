@@ -34,7 +34,7 @@ env's step counter (``state.time >= max_steps_in_episode``) — see :func:`env_s
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import chex
 import jax
@@ -45,7 +45,7 @@ from vccc_jax.envs import acting, samplers
 from vccc_jax.envs import lag as lag_lib
 
 Array = chex.Array
-ApplyFn = Callable[[Any, Array], Array]  # (params, obs) -> logits [..., A]
+ApplyFn = acting.ApplyFn  # (params, obs) -> logits [..., A]
 
 
 # --------------------------------------------------------------------------------------
