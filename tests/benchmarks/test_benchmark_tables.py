@@ -3,7 +3,6 @@ ratios), on hand-made rows. No timing and no compilation happens here."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from vccc_jax.benchmarks import estimators, tabular, train
@@ -127,46 +126,60 @@ def test_cold_compile_ignores_a_cache_that_holds_the_program(tmp_path):
     assert jnp.allclose(compiled(x), f(x))
 
 
-def test_placed_copies_are_fresh_buffers_with_the_same_numbers():
-    args = (jnp.arange(3.0), {"w": jnp.ones((2, 2)), "n": 7})
-    copies = train.placed(args, 3)
-    assert len(copies) == 3 and copies[0] is args
-    for c in copies[1:]:
-        assert c[1]["n"] == 7  # not an array: passed through
-        for a, b in ((args[0], c[0]), (args[1]["w"], c[1]["w"])):
-            np.testing.assert_array_equal(a, b)
-            assert a.unsafe_buffer_pointer() != b.unsafe_buffer_pointer()
-
-
 def test_time_rows_medians_each_placements_best(monkeypatch):
     """A fake clock: each run of (row, placement, round) lasts a duration written here (CPU
-    time half of it), so the best per placement and the median over placements are known."""
+    time half of it), so the best per placement and the median over placements are known.
+    Placements are rows that share a name (``prepare``: separate compiles)."""
     dur = {("a", 0): [3.0, 2.0], ("a", 1): [5.0, 6.0], ("a", 2): [4.0, 9.0],
            ("b", 0): [1.0, 1.5], ("b", 1): [8.0, 7.0], ("b", 2): [2.0, 2.0]}
     clock, calls = [0.0], []
 
-    def row(name):
+    def row(name, i, compile_s=0.0):
         def fn(x):
-            i, k = int(x[0]), sum(1 for c in calls if c[0] == name and c[1] == int(x[0]))
+            k = sum(1 for c in calls if c == (name, i))
             calls.append((name, i))
             clock[0] += dur[(name, i)][k]
             return x
-        return train.Prepared(name, fn, (jnp.zeros(1),), 0.0, 100, lambda out: 0.0)
+        return train.Prepared(name, fn, (jnp.zeros(1),), compile_s, 100, lambda out: 0.0)
 
-    def placed(args, n):  # mark each placement by its index (the real one copies)
-        return [(jnp.full(1, float(i)),) for i in range(n)]
-
-    monkeypatch.setattr(train, "placed", placed)
     monkeypatch.setattr(train.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(train.time, "process_time", lambda: clock[0] / 2)
-    a, b = train.time_rows([row("a"), row("b")], repeats=2, placements=3)
+    rows = [row("a", 0, 7.0), row("a", 1, 8.0), row("a", 2, 9.0),
+            row("b", 0, 1.0), row("b", 1), row("b", 2)]
+    a, b = train.time_rows(rows, repeats=2)
     # per placement best: a 2, 5, 4 -> median 4; b 1, 7, 2 -> median 2
     assert (a.run_s, a.cpu_s, a.placement_cpu_s) == (4.0, 2.0, (1.0, 2.5, 2.0))
     assert (b.run_s, b.cpu_s, b.placement_cpu_s) == (2.0, 1.0, (0.5, 3.5, 1.0))
+    assert (a.compile_s, b.compile_s) == (7.0, 1.0)  # the first placement's compile
     order = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)]
     assert calls == order + order[::-1]  # round-robin, odd rounds reversed
     calls.clear()
-    (one,) = train.time_rows([row("a")], repeats=1)  # one placement: no per-placement tuple
-    assert one.placement_cpu_s is None
+    (one,) = train.time_rows([row("a", 0)], repeats=1)  # one placement: no per-placement tuple
+    assert one.placement_cpu_s is None and one.run_s == 3.0
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        train.time_rows([row("a", 0)], repeats=0)
+
+
+def test_prepare_compiles_each_placement_again(monkeypatch):
+    """``--placements``: every placement is its own compile of the row (the trainer and
+    the reference alike), under the row's name; only the first measures the warm compile."""
+    made = []
+
+    def fake(kind):
+        def make(*args, warm=True, **kw):
+            made.append((kind, warm))
+            return train.Prepared(kind, object(), (), 1.0 + len(made), 10, lambda o: 0.0)
+        return make
+
+    monkeypatch.setattr(train, "prepare_trainer", lambda name, *a, **kw: fake(name)(**kw))
+    monkeypatch.setattr(train, "prepare_reference", fake("reference"))
+    lines = []
+    rows = train.prepare(["reference", "sync-gae"], 1, 512, progress=lines.append,
+                         placements=3)
+    assert [r.name for r in rows] == ["reference"] * 3 + ["sync-gae"] * 3
+    assert len({id(r.fn) for r in rows}) == 6  # six separate executables
+    assert made == [("reference", True), ("reference", False), ("reference", False),
+                    ("sync-gae", True), ("sync-gae", False), ("sync-gae", False)]
+    assert lines[0] == "  compiled reference in 2.00s cold, then 3.00, 4.00s (placements)"
     with pytest.raises(ValueError, match="placements must be >= 1"):
-        train.time_rows([row("a")], repeats=1, placements=0)
+        train.prepare(["sync-gae"], 1, 512, placements=0)

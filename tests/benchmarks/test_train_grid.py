@@ -75,6 +75,13 @@ def test_record_round_trip_newest_and_key(tmp_path):
                         load_start=1.0, load_end=1.0, meta=META)
     g.append_record(path, rec)
     assert rec["placements"] == 3 and g.timings(g.read_record(path)[-1]) == [t]
+    # a placement is now a compile: records of input copies (older, no field) never resume it
+    assert rec["placement"] == "compile" and g.key(rec) != g.key(dict(rec, placement="copy"))
+    assert g.key(dict(rec, placement="copy")) == g.key(
+        {k: v for k, v in rec.items() if k != "placement"})
+    assert "3 (compiles of a row's program" in g.block([rec])
+    old = {k: v for k, v in placed.items() if k != "placement"}  # written before the field
+    assert "3 (copies of a row's input state" in g.block([old])
 
 
 def test_grid_table_ratios_wall_and_cpu():

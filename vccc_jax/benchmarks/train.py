@@ -25,8 +25,9 @@ loaded from that cache -- what a second ``vccc`` run of the same config pays now
 ``vccc`` keeps JAX's persistent cache on (``train.compile_cache``). Throughput is measured on the
 compiled executables, round-robin (every round runs every row once, so all rows see
 the same background load; odd rounds run the rows in reverse order), keeping for each of a
-row's ``--placements`` copies of its input state the best of ``--repeats`` rounds, and the
-median over the placements (:func:`time_rows`); env steps of all seeds count. Each run is
+row's ``--placements`` (separate compiles of the same program, each with its own input
+state) the best of ``--repeats`` rounds, and the median over the placements
+(:func:`time_rows`); env steps of all seeds count. Each run is
 timed twice: wall clock (``run s``, the env steps/s column) and the process CPU time of the
 run (``cpu s``, all threads; ``time.process_time``). On a shared, oversubscribed machine the wall clock
 mostly measures waiting for a core, and the CPU-time ratio is the one that compares the
@@ -349,42 +350,38 @@ def prepare_trainer(name: str, seeds: int, timesteps: int, warm: bool = True,
                     warm_s)
 
 
-def placed(args: tuple, placements: int) -> list[tuple]:
-    """``placements`` copies of a row's arguments, each array a fresh buffer (the first is
-    the arguments themselves): the same program on the same numbers at other addresses."""
-    def copy(x):
-        return jnp.array(x, copy=True) if isinstance(x, jax.Array) else x
-    return [args] + [jax.tree_util.tree_map(copy, args) for _ in range(placements - 1)]
-
-
-def time_rows(rows: list[Prepared], repeats: int, placements: int = 1) -> list[Timing]:
-    """Round-robin timing: every round runs every row once on each of its ``placements``
-    (:func:`placed`; odd rounds in reverse order); per placement the best of ``repeats``
-    runs, per row the median over its placements (wall clock and process CPU time apart).
-    Interleaving makes rows see the same background load (the CPU is shared). Placements:
-    one compiled program's best times differ by up to ~10% from one copy of its input
-    state to another (CartPole sync-gae at 4 envs, one core, 2026-12-02: 0.593-0.659 s over
-    3 copies x 2 compiles), more than the round-robin best removes."""
-    if repeats < 1 or placements < 1:
-        raise ValueError(f"repeats and placements must be >= 1, got {repeats}, {placements}")
-    runs = [(r, i, a) for r in rows for i, a in enumerate(placed(r.args, placements))]
-    best = {(r.name, i): [float("inf"), float("inf")] for r, i, _ in runs}
+def time_rows(rows: list[Prepared], repeats: int) -> list[Timing]:
+    """Round-robin timing: every round runs every row once (odd rounds in reverse order);
+    per row the best of ``repeats`` runs. Rows that share a name are one row's placements
+    (:func:`prepare`: separate compiles of the same program, each with its own input
+    state): its time is the median over them of each one's best (wall clock and process
+    CPU time apart). Interleaving makes rows see the same background load (the CPU is
+    shared). Placements: one program's best times differ by up to ~10% from one compile,
+    or one copy of its input state, to another (CartPole at 1 x 512 envs, 2 threads,
+    2026-12-03: lag32-vtrace 1.11-1.22 s over 3 compiles in one process, sync-gae
+    1.10-1.13 s; sync-gae at 4 envs, one core, 2026-12-02: 0.593-0.659 s over 3 copies x
+    2 compiles), more than the round-robin best removes."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    best = [[float("inf"), float("inf")] for _ in rows]
     finals = {}
+    order = list(enumerate(rows))
     for k in range(repeats):
-        for r, i, args in (runs if k % 2 == 0 else runs[::-1]):
+        for i, r in (order if k % 2 == 0 else order[::-1]):
             t0, c0 = time.perf_counter(), time.process_time()
-            out = jax.block_until_ready(r.fn(*args))
-            b = best[(r.name, i)]
-            b[0] = min(b[0], time.perf_counter() - t0)
-            b[1] = min(b[1], time.process_time() - c0)
+            out = jax.block_until_ready(r.fn(*r.args))
+            best[i][0] = min(best[i][0], time.perf_counter() - t0)
+            best[i][1] = min(best[i][1], time.process_time() - c0)
             finals[r.name] = r.final_return(out)
-
-    def median(j, name):
-        return float(np.median([best[(name, i)][j] for i in range(placements)]))
-    return [Timing(r.name, r.compile_s, median(0, r.name), r.env_steps, finals[r.name],
-                   median(1, r.name), r.warm_s,
-                   tuple(best[(r.name, i)][1] for i in range(placements))
-                   if placements > 1 else None) for r in rows]
+    out = []
+    for name in dict.fromkeys(r.name for r in rows):
+        mine = [i for i, r in enumerate(rows) if r.name == name]
+        first = rows[mine[0]]
+        out.append(Timing(
+            name, first.compile_s, float(np.median([best[i][0] for i in mine])),
+            first.env_steps, finals[name], float(np.median([best[i][1] for i in mine])),
+            first.warm_s, tuple(best[i][1] for i in mine) if len(mine) > 1 else None))
+    return out
 
 
 ROWS = {
@@ -439,21 +436,31 @@ def select_rows(spec: str) -> list[str]:
 
 def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "truncate",
             progress: Optional[Callable[[str], None]] = None, num_envs: int = 4,
-            warm: bool = True, **overrides) -> list[Prepared]:
-    """Compile every row in order, cold then (``warm``) warm (``progress`` gets one line
-    per compiled row). ``num_envs`` and ``overrides`` (TrainConfig fields) apply to our rows
-    (``num_envs`` to the reference too)."""
+            warm: bool = True, placements: int = 1, **overrides) -> list[Prepared]:
+    """Compile every row in order, cold then (``warm``) warm, ``placements`` times: each
+    placement a fresh compile of the same program with its own input state, all under the
+    row's name (:func:`time_rows` takes the median over them; the first one's compile times
+    are the row's). ``progress`` gets one line per row. ``num_envs`` and ``overrides``
+    (TrainConfig fields) apply to our rows (``num_envs`` to the reference too)."""
+    if placements < 1:
+        raise ValueError(f"placements must be >= 1, got {placements}")
     prepared = []
     for name in names:
-        if name == "reference":
-            prepared.append(prepare_reference(seeds, timesteps, num_envs=num_envs, warm=warm))
-        else:
-            prepared.append(prepare_trainer(name, seeds, timesteps, warm=warm, actor=actor,
+        mine = []
+        for p in range(placements):
+            w = warm and p == 0
+            if name == "reference":
+                mine.append(prepare_reference(seeds, timesteps, num_envs=num_envs, warm=w))
+            else:
+                mine.append(prepare_trainer(name, seeds, timesteps, warm=w, actor=actor,
                                             num_envs=num_envs, **{**ROWS[name], **overrides}))
+        prepared += mine
         if progress is not None:
-            p = prepared[-1]
+            p = mine[0]
             progress(f"  compiled {name} in {p.compile_s:.2f}s cold"
-                     + ("" if p.warm_s is None else f", {p.warm_s:.2f}s warm"))
+                     + ("" if p.warm_s is None else f", {p.warm_s:.2f}s warm")
+                     + ("" if placements == 1 else ", then " + ", ".join(
+                         f"{q.compile_s:.2f}" for q in mine[1:]) + "s (placements)"))
     return prepared
 
 

@@ -227,14 +227,20 @@ def prepare_trainer(name: str, seeds: int, timesteps: int, actor: str = "truncat
 
 
 def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "truncate",
-            progress: Optional[Callable[[str], None]] = None, warm: bool = True) -> list[Prepared]:
-    """Compile every row in order (``progress`` gets one line per compiled row)."""
+            progress: Optional[Callable[[str], None]] = None, warm: bool = True,
+            placements: int = 1) -> list[Prepared]:
+    """Compile every row in order, ``placements`` times (``train.prepare``'s placements:
+    fresh compiles under the row's name); ``progress`` gets one line per row."""
+    if placements < 1:
+        raise ValueError(f"placements must be >= 1, got {placements}")
     out = []
     for name in names:
-        out.append(prepare_reference(seeds, timesteps, warm) if name == "reference"
-                   else prepare_trainer(name, seeds, timesteps, actor, warm))
+        for p in range(placements):
+            w = warm and p == 0
+            out.append(prepare_reference(seeds, timesteps, w) if name == "reference"
+                       else prepare_trainer(name, seeds, timesteps, actor, w))
         if progress is not None:
-            progress(f"  compiled {name} in {out[-1].compile_s:.2f}s cold")
+            progress(f"  compiled {name} in {out[-placements].compile_s:.2f}s cold")
     return out
 
 

@@ -2,8 +2,8 @@
 
 A grid is a list of cells (seeds, envs); every cell is one ``vccc bench train`` measurement
 (:mod:`vccc_jax.benchmarks.train`: rows compiled cold one after the other, then timed
-round-robin, best of ``--repeats`` per placement, median over ``--placements`` copies of the
-input state, wall and process CPU time) at ``envs`` envs x 128 steps
+round-robin, best of ``--repeats`` per placement, median over ``--placements`` compiles of
+the program, each with its own input state, wall and process CPU time) at ``envs`` envs x 128 steps
 and ``seeds`` vmapped seeds. The issue's grid (``--grid``):
 
   rows   reference (the in-process PureJaxRL-style PPO), sync-gae (``fixed:0``, K = 1),
@@ -110,7 +110,7 @@ def parse_ints(text: str, flag: str) -> tuple[int, ...]:
 def key(rec: dict) -> tuple:
     """What makes two records the same measurement (resume skips a cell with this key)."""
     return (rec["seeds"], rec["envs"], rec["updates"], tuple(rec["rows"]), rec["repeats"],
-            rec["actor"], rec.get("placements", 1))
+            rec["actor"], rec.get("placements", 1), rec.get("placement", "copy"))
 
 
 def make_record(cell: Cell, timings: Sequence[Timing], *, repeats: int, actor: str,
@@ -119,7 +119,7 @@ def make_record(cell: Cell, timings: Sequence[Timing], *, repeats: int, actor: s
     and every row's timing; ``meta``: date, command, jax version, host, git revision..."""
     return dict(meta, seeds=cell.seeds, envs=cell.envs, updates=cell.updates,
                 num_steps=NUM_STEPS, timesteps=cell.timesteps, repeats=repeats,
-                placements=placements, actor=actor,
+                placements=placements, placement="compile", actor=actor,
                 rows=[t.name.split(" ")[0] for t in timings], load_start=load_start,
                 load_end=load_end, timings=[t._asdict() for t in timings])
 
@@ -303,8 +303,15 @@ def _loads(records: Sequence[dict]) -> str:
     return f"{min(vals):.1f}-{max(vals):.1f}" if vals else "-"
 
 
+_PLACEMENT = {"compile": "compiles of a row's program, each with its own input state",
+              "copy": "copies of a row's input state at fresh addresses"}
+
+
 def _placements(records: Sequence[dict]) -> str:
-    return "/".join(str(p) for p in sorted({r.get("placements", 1) for r in records}))
+    """How many placements the records' rows had, and what a placement was: records before
+    2026-12-03 copied the input state; newer ones compile the program again as well."""
+    kinds = sorted({(r.get("placements", 1), r.get("placement", "copy")) for r in records})
+    return "; ".join(f"{n} ({_PLACEMENT[k]})" for n, k in kinds)
 
 
 def block(records: Sequence[dict], baseline: Sequence[dict] = ()) -> str:
@@ -327,8 +334,8 @@ def block(records: Sequence[dict], baseline: Sequence[dict] = ()) -> str:
             + f". CartPole-v1, envs x {NUM_STEPS} steps, 4 epochs x 4 minibatches, 64-unit tanh "
             "MLPs; rows compiled cold one after the other, then timed round-robin (odd rounds "
             f"reversed), best of the repeats on each of {_placements(records)} placement(s) "
-            "(copies of a row's input state at fresh addresses: one program's best times differ "
-            "by up to ~10% between them), the median over placements, env steps of all seeds "
+            "(one program's best times differ by up to ~10% from one compile or copy to "
+            "another), the median over placements, env steps of all seeds "
             "counted; ratios are env steps/s over the named row's, in wall clock and in process "
             "CPU time.")
     loads = [v for r in records for v in (r["load_start"], r["load_end"])]

@@ -66,8 +66,8 @@ def train_parser() -> Parser:
                    help="round-robin rounds; the best run of each placement is kept (default 5; "
                         "--grid 3)")
     p.add_argument("--placements", type=_positive_int, default=None,
-                   help="copies of each row's input state (fresh buffers), timed apart; a row's "
-                        "time is the median over them (default 1; --grid 3)")
+                   help="compiles of each row's program, each with its own input state, timed "
+                        "apart; a row's time is the median over them (default 1; --grid 3)")
     p.add_argument("--rows", default=None,
                    help="comma-separated subset of: " + ",".join(b.ROW_NAMES))
     p.add_argument("--actor", default="truncate", help="actor weight of our trainer rows")
@@ -106,8 +106,9 @@ def _continuous(args) -> Callable[[], int]:
 
     def bench() -> int:
         _out(bc.header(timesteps, seeds, repeats))
-        prepared = bc.prepare(wanted, seeds, timesteps, actor=args.actor, progress=_err)
-        results = b.time_rows(prepared, repeats, args.placements or 1)
+        prepared = bc.prepare(wanted, seeds, timesteps, actor=args.actor, progress=_err,
+                              placements=args.placements or 1)
+        results = b.time_rows(prepared, repeats)
         _out(b.format_table(results))
         tail = b.footer(results, ref_target=1.0)
         if tail:
@@ -193,7 +194,7 @@ def train(argv: list[str]) -> Callable[[], int]:
                     f"({cell.timesteps:,} env steps/seed)")
             probe = dict(seeds=cell.seeds, envs=cell.envs, updates=cell.updates,
                          rows=[r.split(" ")[0] for r in rows], repeats=repeats, actor=args.actor,
-                         placements=placements)
+                         placements=placements, placement="compile")
             if g.key(probe) in done:
                 _err(f"# cell {i + 1}/{len(cells)}: {what}: in {args.out}, skipped (--resume)")
                 records.append(done[g.key(probe)])
@@ -201,10 +202,11 @@ def train(argv: list[str]) -> Callable[[], int]:
             _err(f"# cell {i + 1}/{len(cells)}: {what}: compiling")
             load0, t0 = os.getloadavg()[0], time.perf_counter()
             prepared = b.prepare(rows, cell.seeds, cell.timesteps, actor=args.actor,
-                                 progress=_err, num_envs=cell.envs, warm=len(cells) == 1)
+                                 progress=_err, num_envs=cell.envs, warm=len(cells) == 1,
+                                 placements=placements)
             _err(f"# cell {i + 1}/{len(cells)}: timing, best of {repeats} x {placements} "
                  "placement(s)")
-            results = b.time_rows(prepared, repeats, placements)
+            results = b.time_rows(prepared, repeats)
             rec = g.make_record(cell, results, repeats=repeats, placements=placements,
                                 actor=args.actor,
                                 load_start=load0, load_end=os.getloadavg()[0],

@@ -153,6 +153,27 @@ def _ess_fraction(weight_sum: Array, sq_sum: Array, n: Array) -> Array:
     return jnp.where(sq_sum > 0, weight_sum**2 / jnp.maximum(n * sq_sum, 1e-30), 0.0)
 
 
+def sort_floats(x: Array) -> Array:
+    """A 1-D NaN-free float array sorted in the IEEE total order, as integers.
+
+    A float's bits read as a signed integer are ordered like the float for x >= 0 and
+    reversed for x < 0; flipping every bit but the sign of the negative ones makes the map
+    monotone (-inf < ... < -0.0 < +0.0 < ... < +inf, subnormals by value) and its own
+    inverse. XLA:CPU sorts int32 keys ~6x faster than float32 ones (2.5 vs 16 ms for
+    65,536 log-ratios), and ``jnp.sort`` was ~3% of a lagged update at 512 envs. It equals
+    ``jnp.sort`` except among values that compare equal there (XLA:CPU flushes subnormals
+    to zero in float compares, so ``jnp.sort`` ties them with +-0.0 in input order).
+    """
+    ints = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}[x.dtype.itemsize]
+    flip = jnp.asarray(jnp.iinfo(ints).max, ints)
+
+    def key(i):  # monotone and an involution
+        return jnp.where(i < 0, i ^ flip, i)
+
+    keys = jax.lax.sort(key(jax.lax.bitcast_convert_type(x, ints)))
+    return jax.lax.bitcast_convert_type(key(keys), x.dtype)
+
+
 def ratio_diagnostics(
     log_rhos: Array,
     *,
@@ -189,7 +210,7 @@ def ratio_diagnostics(
     # Quantiles of the finite entries only: push non-finite ones to the ends, then
     # index into the sorted finite block.
     num_finite = jnp.sum(finite)
-    sorted_finite = jnp.sort(jnp.where(finite, flat, jnp.inf))
+    sorted_finite = sort_floats(jnp.where(finite, flat, jnp.inf))
     q = jnp.asarray(QUANTILES, flat.dtype)
     idx = jnp.clip(jnp.round(q * (num_finite - 1)).astype(jnp.int32), 0, flat.size - 1)
     quantiles = jnp.where(num_finite > 0, sorted_finite[idx], jnp.nan)
