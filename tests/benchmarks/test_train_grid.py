@@ -79,9 +79,9 @@ def test_record_round_trip_newest_and_key(tmp_path):
     assert rec["placement"] == "compile" and g.key(rec) != g.key(dict(rec, placement="copy"))
     assert g.key(dict(rec, placement="copy")) == g.key(
         {k: v for k, v in rec.items() if k != "placement"})
-    assert "3 (compiles of a row's program" in g.block([rec])
+    assert "3 placement(s) (compiles of a row's program" in g.block([rec])
     old = {k: v for k, v in placed.items() if k != "placement"}  # written before the field
-    assert "3 (copies of a row's input state" in g.block([old])
+    assert "3 placement(s) (copies of a row's input state" in g.block([old])
 
 
 def test_grid_table_ratios_wall_and_cpu():

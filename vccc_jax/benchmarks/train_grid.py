@@ -311,7 +311,7 @@ def _placements(records: Sequence[dict]) -> str:
     """How many placements the records' rows had, and what a placement was: records before
     2026-12-03 copied the input state; newer ones compile the program again as well."""
     kinds = sorted({(r.get("placements", 1), r.get("placement", "copy")) for r in records})
-    return "; ".join(f"{n} ({_PLACEMENT[k]})" for n, k in kinds)
+    return "; ".join(f"{n} placement(s) ({_PLACEMENT[k]})" for n, k in kinds)
 
 
 def block(records: Sequence[dict], baseline: Sequence[dict] = ()) -> str:
@@ -333,9 +333,9 @@ def block(records: Sequence[dict], baseline: Sequence[dict] = ()) -> str:
             + "; ".join(f"`{c}`" for c in commands)
             + f". CartPole-v1, envs x {NUM_STEPS} steps, 4 epochs x 4 minibatches, 64-unit tanh "
             "MLPs; rows compiled cold one after the other, then timed round-robin (odd rounds "
-            f"reversed), best of the repeats on each of {_placements(records)} placement(s) "
-            "(one program's best times differ by up to ~10% from one compile or copy to "
-            "another), the median over placements, env steps of all seeds "
+            f"reversed), best of the repeats on each of {_placements(records)}; one "
+            "program's best times differ by up to ~10% from one compile or copy to "
+            "another, so a row's time is the median over its placements; env steps of all seeds "
             "counted; ratios are env steps/s over the named row's, in wall clock and in process "
             "CPU time.")
     loads = [v for r in records for v in (r["load_start"], r["load_end"])]
