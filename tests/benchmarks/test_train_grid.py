@@ -99,6 +99,11 @@ def test_grid_table_ratios_wall_and_cpu():
     # 8 x 64 x 128 = 65536 steps per run of 1 s; lag32 1.05 s wall and CPU -> 0.95x
     assert lines[9] == ("| 8 | 64 | 1 (8,192) | lag32-vtrace | 62.4k | 0.95x / 0.95x "
                         "| 0.95x / 0.95x | 30.0 | 1.05 | 1.05 | 20.0 |")
+    # with placements, the CPU column adds their range (the median stays the number)
+    t = Timing("sync-gae", 1.0, 2.0, 1024, 20.0, cpu_s=2.0, placement_cpu_s=(2.4, 1.9, 2.0))
+    rec = g.make_record(g.Cell(1, 4, 2), [t], repeats=3, placements=3, actor="truncate",
+                        load_start=1.0, load_end=1.0, meta=META)
+    assert g.format_grid([rec]).splitlines()[2].endswith("| 2.00 (1.90-2.40) | 20.0 |")
 
 
 def test_checks_report_the_worst_cell_in_wall_and_cpu():

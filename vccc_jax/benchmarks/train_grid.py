@@ -172,16 +172,20 @@ def _pair(a: Timing, b: Optional[Timing]) -> str:
 
 def format_grid(records: Sequence[dict]) -> str:
     """A markdown table: one line per (cell, row): env steps/s, the ratios (wall / CPU) vs
-    sync-gae and vs the reference, cold compile s, best run s wall and CPU, final return."""
+    sync-gae and vs the reference, cold compile s, run s wall and CPU (medians over the
+    placements; the CPU column adds the placements' range, the noise a ratio has to beat),
+    final return."""
     lines = ["| seeds | envs | updates (steps/seed) | row | env steps/s (wall) | vs sync-gae "
              "(wall / CPU) | vs reference (wall / CPU) | compile s | run s | cpu s "
-             "| final return |",
+             "(placements' range) | final return |",
              "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for rec in records:
         by = _by_name(rec)
         sync, ref = by.get("sync-gae"), by.get("reference")
         for name, t in by.items():
             cpu = "-" if t.cpu_s is None else f"{t.cpu_s:.2f}"
+            if t.placement_cpu_s:
+                cpu += f" ({min(t.placement_cpu_s):.2f}-{max(t.placement_cpu_s):.2f})"
             lines.append(
                 f"| {rec['seeds']} | {rec['envs']} | {rec['updates']} ({rec['timesteps']:,}) "
                 f"| {name} | {t.steps_per_s / 1e3:,.1f}k | {_pair(t, sync)} | {_pair(t, ref)} "
