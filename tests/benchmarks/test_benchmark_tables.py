@@ -183,3 +183,25 @@ def test_prepare_compiles_each_placement_again(monkeypatch):
     assert lines[0] == "  compiled reference in 2.00s cold, then 3.00, 4.00s (placements)"
     with pytest.raises(ValueError, match="placements must be >= 1"):
         train.prepare(["sync-gae"], 1, 512, placements=0)
+
+
+def test_continuous_prepare_compiles_each_placement_again(monkeypatch):
+    """The continuous bench's rows take ``--placements`` the same way: fresh compiles under
+    the row's name, the warm compile measured on the first only."""
+    from vccc_jax.benchmarks import train_continuous as tc
+
+    made = []
+
+    def fake(name, *args):
+        warm = args[-1]
+        made.append((name, warm))
+        return train.Prepared(name, object(), (), 1.0, 10, lambda o: 0.0)
+
+    monkeypatch.setattr(tc, "prepare_trainer", lambda name, s, t, actor, warm: fake(name, warm))
+    monkeypatch.setattr(tc, "prepare_reference", lambda s, t, warm: fake("reference", warm))
+    rows = tc.prepare(["reference", "sync-gae"], 1, 512, placements=2)
+    assert [r.name for r in rows] == ["reference", "reference", "sync-gae", "sync-gae"]
+    assert made == [("reference", True), ("reference", False), ("sync-gae", True),
+                    ("sync-gae", False)]
+    with pytest.raises(ValueError, match="placements must be >= 1"):
+        tc.prepare(["sync-gae"], 1, 512, placements=0)

@@ -76,7 +76,7 @@ def test_record_round_trip_newest_and_key(tmp_path):
     g.append_record(path, rec)
     assert rec["placements"] == 3 and g.timings(g.read_record(path)[-1]) == [t]
     # a placement is now a compile: records of input copies (older, no field) never resume it
-    assert rec["placement"] == "compile" and g.key(rec) != g.key(dict(rec, placement="copy"))
+    assert rec["placement"] == g.PLACEMENT == "compile" and g.key(rec) != g.key(dict(rec, placement="copy"))
     assert g.key(dict(rec, placement="copy")) == g.key(
         {k: v for k, v in rec.items() if k != "placement"})
     assert "3 placement(s) (compiles of a row's program" in g.block([rec])
@@ -215,3 +215,29 @@ def test_compare_with_a_baseline_record():
     out = g.with_block(page, [A, B], [old_a, B])
     assert "Baseline: the record of 2026-12-02, git abc; 2026-12-02, git old." in out
     assert lines[2] in out
+
+
+def test_resume_skips_the_cells_its_record_holds(tmp_path, monkeypatch, capsys):
+    """``--out`` then ``--resume``: the second run finds the first one's cell under the same
+    key (placements and what a placement is included) and compiles nothing; other
+    placements are a new measurement. Compiling and timing are fakes here."""
+    from vccc_jax.benchmarks import train as b
+
+    compiled = []
+
+    def prepare(rows, seeds, timesteps, placements=1, **kw):
+        compiled.append(placements)
+        return [b.Prepared(r, None, (), 1.0, timesteps * seeds, lambda o: 0.0) for r in rows
+                for _ in range(placements)]
+
+    monkeypatch.setattr(b, "prepare", prepare)
+    monkeypatch.setattr(b, "time_rows", lambda rows, repeats: [
+        Timing(r.name, 1.0, 0.5, r.env_steps, 20.0, cpu_s=0.5) for r in rows[::2]])
+    out = tmp_path / "r.jsonl"
+    argv = ["--seeds", "1", "--envs", "4", "--rows", "sync-gae", "--timesteps", "1024",
+            "--placements", "2", "--out", str(out)]
+    assert bench_train.train(argv)() == 0 and compiled == [2]
+    assert bench_train.train([*argv, "--resume"])() == 0 and compiled == [2]  # skipped
+    assert "skipped (--resume)" in capsys.readouterr().err
+    assert bench_train.train([*argv[:-3], "3", "--out", str(out), "--resume"])() == 0
+    assert compiled == [2, 3] and len(g.read_record(out)) == 2

@@ -442,18 +442,15 @@ def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "trun
     row's name (:func:`time_rows` takes the median over them; the first one's compile times
     are the row's). ``progress`` gets one line per row. ``num_envs`` and ``overrides``
     (TrainConfig fields) apply to our rows (``num_envs`` to the reference too)."""
-    if placements < 1:
-        raise ValueError(f"placements must be >= 1, got {placements}")
     prepared = []
     for name in names:
-        mine = []
-        for p in range(placements):
-            w = warm and p == 0
-            if name == "reference":
-                mine.append(prepare_reference(seeds, timesteps, num_envs=num_envs, warm=w))
-            else:
-                mine.append(prepare_trainer(name, seeds, timesteps, warm=w, actor=actor,
-                                            num_envs=num_envs, **{**ROWS[name], **overrides}))
+        if name == "reference":
+            mine = compile_placements(lambda w: prepare_reference(
+                seeds, timesteps, num_envs=num_envs, warm=w), placements, warm)
+        else:
+            mine = compile_placements(lambda w: prepare_trainer(
+                name, seeds, timesteps, warm=w, actor=actor, num_envs=num_envs,
+                **{**ROWS[name], **overrides}), placements, warm)
         prepared += mine
         if progress is not None:
             p = mine[0]
@@ -462,6 +459,16 @@ def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "trun
                      + ("" if placements == 1 else ", then " + ", ".join(
                          f"{q.compile_s:.2f}" for q in mine[1:]) + "s (placements)"))
     return prepared
+
+
+def compile_placements(build: Callable[[bool], Prepared], placements: int,
+                       warm: bool) -> list[Prepared]:
+    """A row's ``placements``: ``build(warm)`` called that many times, each call a fresh
+    compile of the row's program with its own input state; only the first measures the
+    warm compile (``warm``)."""
+    if placements < 1:
+        raise ValueError(f"placements must be >= 1, got {placements}")
+    return [build(warm and p == 0) for p in range(placements)]
 
 
 def as_rows(results: Sequence[Timing]) -> list[dict]:

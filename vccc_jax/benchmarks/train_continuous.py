@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vccc_jax.benchmarks.train import ROWS, Prepared, compile_cold_warm
+from vccc_jax.benchmarks.train import ROWS, Prepared, compile_cold_warm, compile_placements
 
 ENV = "Pendulum-v1"
 CONFIG = {"LR": 3e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4,
@@ -231,16 +231,15 @@ def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "trun
             placements: int = 1) -> list[Prepared]:
     """Compile every row in order, ``placements`` times (``train.prepare``'s placements:
     fresh compiles under the row's name); ``progress`` gets one line per row."""
-    if placements < 1:
-        raise ValueError(f"placements must be >= 1, got {placements}")
     out = []
     for name in names:
-        for p in range(placements):
-            w = warm and p == 0
-            out.append(prepare_reference(seeds, timesteps, w) if name == "reference"
-                       else prepare_trainer(name, seeds, timesteps, actor, w))
+        mine = compile_placements(
+            lambda w: (prepare_reference(seeds, timesteps, w) if name == "reference"
+                       else prepare_trainer(name, seeds, timesteps, actor, w)),
+            placements, warm)
+        out += mine
         if progress is not None:
-            progress(f"  compiled {name} in {out[-placements].compile_s:.2f}s cold")
+            progress(f"  compiled {name} in {mine[0].compile_s:.2f}s cold")
     return out
 
 

@@ -107,6 +107,11 @@ def parse_ints(text: str, flag: str) -> tuple[int, ...]:
 # -- the record: one JSON line per measured cell ---------------------------------------
 
 
+# What a placement is in the records written now (``benchmarks.train.prepare``: a fresh
+# compile with its own input state); records without the field copied the input state.
+PLACEMENT = "compile"
+
+
 def key(rec: dict) -> tuple:
     """What makes two records the same measurement (resume skips a cell with this key)."""
     return (rec["seeds"], rec["envs"], rec["updates"], tuple(rec["rows"]), rec["repeats"],
@@ -119,7 +124,7 @@ def make_record(cell: Cell, timings: Sequence[Timing], *, repeats: int, actor: s
     and every row's timing; ``meta``: date, command, jax version, host, git revision..."""
     return dict(meta, seeds=cell.seeds, envs=cell.envs, updates=cell.updates,
                 num_steps=NUM_STEPS, timesteps=cell.timesteps, repeats=repeats,
-                placements=placements, placement="compile", actor=actor,
+                placements=placements, placement=PLACEMENT, actor=actor,
                 rows=[t.name.split(" ")[0] for t in timings], load_start=load_start,
                 load_end=load_end, timings=[t._asdict() for t in timings])
 

@@ -194,7 +194,7 @@ def train(argv: list[str]) -> Callable[[], int]:
                     f"({cell.timesteps:,} env steps/seed)")
             probe = dict(seeds=cell.seeds, envs=cell.envs, updates=cell.updates,
                          rows=[r.split(" ")[0] for r in rows], repeats=repeats, actor=args.actor,
-                         placements=placements, placement="compile")
+                         placements=placements, placement=g.PLACEMENT)
             if g.key(probe) in done:
                 _err(f"# cell {i + 1}/{len(cells)}: {what}: in {args.out}, skipped (--resume)")
                 records.append(done[g.key(probe)])
