@@ -1,7 +1,8 @@
 """Statistical equivalence of two trainer versions (issue 22 §1: the rollout / learner layout
 change may move float32 results, so it is checked over seeds instead of bit for bit; issue 28
 §1: the per-env rollout path, configs uniform:7 / vccc and uniform:31 / vtrace at 8 envs, then
-the sorted path, the same laws at 64 and 256 envs: ``--configs sorted``).
+the sorted path, the same laws at 64 and 256 envs: ``--configs sorted``; then both configs
+again when pi_k's logits left the step loop of those two paths for one forward after it).
 
 Run the same configs with each version's interpreter (each venv imports its own vccc_jax),
 then compare:

@@ -10,11 +10,10 @@ CPU time (the machine is shared: compare CPU-time ratios; the load is printed):
            one forward), ``table`` (``acting.versioned_logits`` over ``acting.lag_table``: K x B
            rows), ``per_env`` (``acting.per_env_logits`` on ``acting.env_versions``, gathered
            once), ``per_env_switch`` (re-gathered at every step, as under mid-rollout
-           switches), ``sorted`` (``acting.sorted_logits`` on ``acting.sorted_versions``,
-           chunk ``acting.sort_chunk``) and ``fused`` (not a path: the per-env forward with the
-           newest stacked in, one ``vmap`` over 2B rows instead of two calls; measured
-           2026-12-02 single core: 0.81 vs per_env 1.01 ms at B = 4, K = 8, but 10.9 vs 8.2 ms
-           at B = 64). Ratios are CPU time relative to ``table``.
+           switches) and ``sorted`` (``acting.sorted_logits`` on ``acting.sorted_versions``,
+           chunk ``acting.sort_chunk``); the last three compute pi_k after the loop, in one
+           forward over the T x B observations (``acting.newest_log_probs``), as the rollout
+           does. Ratios are CPU time relative to ``table``.
 ``train``  the whole trainer (``benchmarks.train.prepare_trainer`` / ``time_rows``): rows
            sync-gae (fixed:0, K = 1), lag8-vccc (uniform:7, K = 8, vccc critic) and
            lag32-vtrace (uniform:31, K = 32, vtrace critic) at each ``--envs`` size, x 128
@@ -90,40 +89,34 @@ def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
                     def step(obs, xs):
                         t, k = xs
                         mu, pi = logits_fn(actor, lags, t, obs)
-                        a = jax.random.categorical(k, jax.nn.log_softmax(mu), axis=-1)
-                        lp = jax.nn.log_softmax(pi)
+                        lb = jax.nn.log_softmax(mu)
+                        a = jax.random.categorical(k, lb, axis=-1)
+                        lp = lb if pi is None else jax.nn.log_softmax(pi)
                         nxt = obs * 0.99 + 0.01 * (a[:, None] + lp[:, :1])
-                        return nxt, lp
+                        return nxt, (obs, lp)
                     ts = jnp.arange(steps, dtype=jnp.int32)
-                    return jax.lax.scan(step, obs0, (ts, jax.random.split(key, steps)))
+                    _, (obs, lp) = jax.lax.scan(step, obs0, (ts, jax.random.split(key, steps)))
+                    newest = acting.newest_after(actor)
+                    if newest is not None:  # pi_k after the loop, as rollout.rollout does
+                        lag = jnp.broadcast_to(actor.lag, lp.shape[:2])
+                        lp = acting.newest_log_probs(net.apply, newest, obs, lag, lp)
+                    return lp
                 return jax.jit(run).lower(buf, lags, obs0, jax.random.PRNGKey(3)).compile()
 
             def table_fn(tab, lags, t, obs):
                 return acting.versioned_logits(net.apply, tab, tab.rows(lags), obs)
 
             def env_fn(ev, lags, t, obs):
-                return acting.per_env_logits(net.apply, ev.newest, ev.params, ev.lag, obs)
+                return acting.per_env_logits(net.apply, ev.params, obs), None
 
             def switch_fn(ev, lags, t, obs):
                 lag_t = lag_lib.switch_lags(ev.lag, t, every=1)
                 lag_t = jnp.maximum(lag_t, ev.lag)  # same lags, but gathered every step
-                return acting.per_env_logits(
-                    net.apply, ev.newest, lag_lib.gather(ev.buffer, lag_t), lag_t, obs)
+                return acting.per_env_logits(net.apply, lag_lib.gather(ev.buffer, lag_t),
+                                             obs), None
 
             def sorted_fn(sv, lags, t, obs):
-                return acting.sorted_logits(net.apply, sv, obs)
-
-            def fused_prep(b, lg):
-                ev = acting.env_versions(b, lg)
-                both = jax.tree_util.tree_map(
-                    lambda n, q: jnp.concatenate([jnp.broadcast_to(n, q.shape), q]),
-                    ev.newest, ev.params)
-                return ev.replace(params=both)
-
-            def fused_fn(ev, lags, t, obs):
-                out = jax.vmap(net.apply)(ev.params, jnp.concatenate([obs, obs]))
-                target, own = out[:obs.shape[0]], out[obs.shape[0]:]
-                return acting.lag_zero_exact(ev.lag, target, own), target
+                return acting.sorted_logits(net.apply, sv, obs), None
 
             def plain_fn(p, lags, t, obs):
                 out = net.apply(p, obs)
@@ -136,7 +129,6 @@ def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
                 "sorted": scan(sorted_fn, lambda b, lg, B=B, K=K: acting.sorted_versions(
                     b, lg, acting.sort_chunk(B, K))),
                 "per_env_switch": scan(switch_fn, acting.env_versions),
-                "fused": scan(fused_fn, fused_prep),
             }
             args = (buf, lags, obs0, jax.random.PRNGKey(3))
             best = _best({n: (lambda p=p: p(*args)) for n, p in progs.items()}, repeats)

@@ -29,10 +29,10 @@ _BYO = ("tests/verify/test_byo.py",)
 MUTANTS = (
     # ---------------------------------------------------------------- issue 28: per-env rollout
     Mutant("rollout-lag0-where", "vccc_jax/envs/acting.py",
-           "return jnp.where((lags == 0)[:, None], target, own)",
-           "return jnp.where((lags == 1)[:, None], target, own)",
-           "lag-1 envs on the per-env and sorted paths act with the newest version; lag-0 "
-           "log-ratios no longer exactly 0 where those kernels round differently", "i28"),
+           "return jnp.where((lag == 0)[..., None], own_log_probs,",
+           "return jnp.where((lag == 1)[..., None], own_log_probs,",
+           "on the per-env and sorted paths lag-1 envs log their own version as pi_k (log-ratio "
+           "0); lag-0 log-ratios no longer exactly 0 where the kernels round differently", "i28"),
     Mutant("lag-env-versions-slot", "vccc_jax/envs/acting.py",
            "params=gather(buffer, lags), newest=get(buffer, 0),",
            "params=gather(buffer, lags + 1), newest=get(buffer, 0),",

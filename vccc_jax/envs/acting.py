@@ -1,26 +1,31 @@
 """What a lagged rollout acts with: the four acting paths and their logits (issue 28).
 
-A rollout under policy lag needs, at every step, each env's BEHAVIOUR logits (its own
-version's, ``lag[b]`` updates old in the ring of :mod:`vccc_jax.envs.lag`) and the NEWEST
-version's (pi_k of the learner, for log pi_k and exactly-zero lag-0 log-ratios). Four ways to
-compute them, one per compiled program (:func:`acting_actor`, :func:`choose_path` from B, K,
-the parameter count, the backend and whether the batch is on one device); each serves every
-law it is chosen for exactly, lags iid per env, so the choice moves float bits only:
+A rollout under policy lag needs each env's BEHAVIOUR logits at every step (its own version's,
+``lag[b]`` updates old in the ring of :mod:`vccc_jax.envs.lag`) and the NEWEST version's at
+every visited state (pi_k of the learner, for log pi_k and exactly-zero lag-0 log-ratios).
+Four ways to compute them, one per compiled program (:func:`acting_actor`,
+:func:`choose_path` from B, K, the parameter count, the backend and whether the batch is on
+one device); each serves every law it is chosen for exactly, lags iid per env, so the choice
+moves float bits only:
 
 * :class:`VersionTable` -- the V versions one rollout acts with (row 0 the newest), the
   actor once per VERSION on the whole batch: V x B forwards per step, memory O(V x params):
   :func:`lag_table` (rows = lags 0..V-1: any per-env lags, mid-rollout switches) or
   :func:`common_table` (rows = the newest and one common lag, as under ``fixed:L``: 2 x B);
-  logits by :func:`versioned_logits`;
+  behaviour and newest logits per step by :func:`versioned_logits`;
 * :class:`SortedVersions` (:func:`sorted_versions`) -- the envs sorted by lag once per
   rollout, the actor once per (chunk, version) pair: at most B + (K - 1) x chunk rows per
-  step in chunk-row matmuls, plus the newest's plain forward (no mid-rollout switch);
-  logits by :func:`sorted_logits`;
+  step in chunk-row matmuls (no mid-rollout switch); behaviour logits by
+  :func:`sorted_logits`;
 * :class:`EnvVersions` (:func:`env_versions`) -- each env's own version gathered from the
-  ring once per rollout, one forward per env (B per step, whatever K) plus the newest's
-  plain forward, memory O(B x params); logits by :func:`per_env_logits`.
+  ring once per rollout, one forward per env (B per step, whatever K), memory
+  O(B x params); behaviour logits by :func:`per_env_logits`.
 
-:func:`step_logits` is the one call ``rollout.rollout`` makes per step, whatever the path.
+Under the last two the step loop runs the behaviour forward only: the newest's logits are
+one forward over the whole rollout's T x B observations after it (:func:`newest_after` /
+:func:`newest_log_probs`; the learner does not move during a rollout), a T x B-row matmul
+instead of T B-row forwards inside the loop. :func:`step_logits` is the one call
+``rollout.rollout`` makes per step, whatever the path.
 """
 
 from __future__ import annotations
@@ -317,54 +322,62 @@ def versioned_logits(apply_fn: ApplyFn, table: VersionTable, rows: Array,
     return behaviour, logits[0]
 
 
-def lag_zero_exact(lags: Array, target: Array, own: Array) -> Array:
-    """The behaviour logits [B, A]: ``own`` (each env's version by a per-env or chunk
-    kernel), except envs at lag 0, which take the newest's plain-forward logits ``target``:
-    those kernels may round differently, and lag 0 must give the very bits of the target
-    logits, so that its log-ratios are exactly 0."""
-    return jnp.where((lags == 0)[:, None], target, own)
+def per_env_logits(apply_fn: ApplyFn, env_params: Any, obs: Array) -> Array:
+    """Behaviour logits [B, A]: env b's own version (``env_params``, leaves [B, ...]) at
+    ``obs[b]``, one forward per env (``vmap`` over (params, obs): a batched matvec, memory
+    O(B x params))."""
+    return jax.vmap(apply_fn)(env_params, obs)
 
 
-def per_env_logits(apply_fn: ApplyFn, newest: Any, env_params: Any, lags: Array,
-                   obs: Array) -> tuple[Array, Array]:
-    """Behaviour and newest-version logits [B, A]: env b's own version (``env_params``,
-    leaves [B, ...]) by one forward per env (``vmap`` over (params, obs): a batched matvec,
-    memory O(B x params)), the newest by one plain forward over the batch; envs at lag 0
-    act with the latter (:func:`lag_zero_exact`)."""
-    target = apply_fn(newest, obs)
-    own = jax.vmap(apply_fn)(env_params, obs)
-    return lag_zero_exact(lags, target, own), target
-
-
-def sorted_logits(apply_fn: ApplyFn, actor: SortedVersions, obs: Array
-                  ) -> tuple[Array, Array]:
-    """Behaviour and newest-version logits [B, A] from lag-sorted (chunk, version) pairs
-    (:func:`sorted_versions`): one ``chunk``-row forward per pair, then each env picks its own
-    version's row; the newest by one plain forward over the batch; envs at lag 0 act with
-    the latter (:func:`lag_zero_exact`)."""
-    target = apply_fn(actor.newest, obs)
+def sorted_logits(apply_fn: ApplyFn, actor: SortedVersions, obs: Array) -> Array:
+    """Behaviour logits [B, A] from lag-sorted (chunk, version) pairs
+    (:func:`sorted_versions`): one ``chunk``-row forward per pair, then each env picks its
+    own version's row."""
     out = jax.vmap(apply_fn)(actor.params, obs[actor.rows])  # [P, chunk, A]
-    own = out.reshape((-1,) + out.shape[2:])[actor.pick]
-    return lag_zero_exact(actor.lag, target, own), target
+    return out.reshape((-1,) + out.shape[2:])[actor.pick]
+
+
+def newest_after(actor: Any) -> Any:
+    """The newest version's params when its logits are computed after the rollout
+    (:class:`EnvVersions`, :class:`SortedVersions`: :func:`newest_log_probs`), else None
+    (plain params and tables give them at every step)."""
+    if isinstance(actor, (EnvVersions, SortedVersions)):
+        return actor.newest
+    return None
+
+
+def newest_log_probs(apply_fn: ApplyFn, newest: Any, obs: Array, lag: Array,
+                     own_log_probs: Array) -> Array:
+    """log pi_k [T, B, A] of a whole rollout: one forward of the ``newest`` params over its
+    observations ``obs`` [T, B, ...] (``vmap`` over T: env-sharded rows stay where they
+    are), log-softmaxed; except where ``lag`` [T, B] is 0, which keep ``own_log_probs``
+    [T, B, A] (log_softmax of the behaviour logits): that version IS the newest, through the
+    per-env or chunk kernel, which may round differently from this forward, and lag 0 must
+    give the very bits the env sampled with, so that its log-ratios are exactly 0."""
+    chex.assert_shape(lag, obs.shape[:2])
+    chex.assert_shape(own_log_probs, obs.shape[:2] + (None,))
+    logits = jax.vmap(apply_fn, in_axes=(None, 0))(newest, obs)
+    return jnp.where((lag == 0)[..., None], own_log_probs, jax.nn.log_softmax(logits, axis=-1))
 
 
 def step_logits(apply_fn: ApplyFn, actor: Any, lags: Optional[Array], obs: Array, t: Array, *,
                 switch_every: int = 0, switch_stride: int = 1
-                ) -> tuple[Array, Array, Array, Array]:
-    """One rollout step's (behaviour logits [B, A], newest logits [B, A], lag [B], version
-    id [B]) under any acting ``actor`` of this module, or plain params (synchronous: both
-    logits the same forward, lag and version 0). ``lags`` [B]: the (capped) lags at the start
-    of the rollout, for a :class:`VersionTable` (the other paths carry theirs); ``t``: the
-    step, for mid-rollout switches (:func:`lag.switch_lags`)."""
+                ) -> tuple[Array, Optional[Array], Array, Array]:
+    """One rollout step's (behaviour logits [B, A], newest logits [B, A] or None, lag [B],
+    version id [B]) under any acting ``actor`` of this module, or plain params (synchronous:
+    both logits the same forward, lag and version 0). The newest logits are None under the
+    per-env and sorted paths: they come after the rollout (:func:`newest_log_probs`).
+    ``lags`` [B]: the (capped) lags at the start of the rollout, for a :class:`VersionTable`
+    (the other paths carry theirs); ``t``: the step, for mid-rollout switches
+    (:func:`lag.switch_lags`)."""
     if isinstance(actor, EnvVersions):
         lag_t = switch_lags(actor.lag, t, every=switch_every, stride=switch_stride)
         params_t = (actor.params if switch_every <= 0  # else re-gathered at every step
                     else gather(actor.buffer, lag_t))
-        mu, pi = per_env_logits(apply_fn, actor.newest, params_t, lag_t, obs)
-        return mu, pi, lag_t, version_ids(actor.buffer, lag_t)
+        return (per_env_logits(apply_fn, params_t, obs), None, lag_t,
+                version_ids(actor.buffer, lag_t))
     if isinstance(actor, SortedVersions):
-        mu, pi = sorted_logits(apply_fn, actor, obs)
-        return mu, pi, actor.lag, actor.version
+        return sorted_logits(apply_fn, actor, obs), None, actor.lag, actor.version
     if isinstance(actor, VersionTable):
         rows = actor.rows(switch_lags(lags, t, every=switch_every, stride=switch_stride))
         mu, pi = versioned_logits(apply_fn, actor, rows, obs)

@@ -14,18 +14,20 @@ environments. Each step records, time-major ``[T, B, ...]``:
   top-k truncation included) and ``log_mu_all`` [T, B, A], the whole sampling distribution
   (actions are discrete), which score centering (Eq 13) and Z(s) (§4.2) need;
 * ``log_pi_all`` [T, B, A]: log-probs of the newest actor version (the learner's pi_k at
-  temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here;
-  logging it avoids a second forward pass and makes lag-0 log-ratios exactly zero (an env
-  at lag 0 reads its behaviour logits from the newest version's row, or under the per-env
-  and sorted paths the newest's plain forward: the same bits);
+  temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here,
+  and lag-0 log-ratios are exactly zero: under the tables an env at lag 0 reads its
+  behaviour logits from the newest version's row (the same bits); under the per-env and
+  sorted paths pi_k is one forward over all T x B observations after the step loop, and
+  lag-0 entries keep the behaviour's own log-softmax (``acting.newest_log_probs``);
 * ``lag`` / ``version``: how many updates old the acting parameters were and their id;
 * ``episode_return`` / ``episode_length`` of episodes that ended at t (0 elsewhere);
 * optionally ``env_state`` (the full gymnax state at s_t) for Monte-Carlo ground truth.
 
 The lagged actor runs one of four ways, chosen per compiled program
 (:mod:`vccc_jax.envs.acting`: ``acting_actor`` / ``choose_path``); each step asks
-``acting.step_logits`` for the behaviour and newest logits. Synchronous rollouts (plain params)
-run one plain forward.
+``acting.step_logits`` for the behaviour and newest logits (under the per-env and sorted
+paths the newest come after the loop). Synchronous rollouts (plain params) run one plain
+forward.
 
 Time-limit detection: gymnax >= 1.0 returns ``terminated`` and ``truncated`` from
 ``env.step``; older gymnax merges them in ``done``. For the old API we detect the cut from the
@@ -253,9 +255,10 @@ def rollout(
         logits_mu, logits_pi, lag_t, version = acting.step_logits(
             apply_fn, actor, lags, state.obs, t, switch_every=switch_every,
             switch_stride=switch_stride)
-        log_pi_all = jax.nn.log_softmax(logits_pi, axis=-1)
-        log_b_all = (jax.nn.log_softmax(logits_mu, axis=-1) if record_behaviour_log_probs
-                     else None)
+        log_b_all = jax.nn.log_softmax(logits_mu, axis=-1)  # (unused ones are not computed)
+        # pi_k's log-probs; under the per-env and sorted paths the behaviour's stand in
+        # until the forward after the loop
+        log_pi_all = log_b_all if logits_pi is None else jax.nn.log_softmax(logits_pi, -1)
         if sampler is None:
             log_mu_all = sampling_log_probs(logits_mu, temperature, top_k)
             action = jax.random.categorical(k_act, log_mu_all, axis=-1).astype(jnp.int32)
@@ -267,10 +270,8 @@ def rollout(
             env, jax.random.split(k_env, num_envs), state.env_state, action, env_params
         )
         is_action = info.get("is_action")
-        if is_action is not None:  # tool steps: no behaviour ratio (log rho := 0)
+        if is_action is not None:
             is_action = jnp.asarray(is_action, bool)
-            log_mu_all = jnp.where(is_action[:, None], log_mu_all, log_pi_all)
-            log_mu = jnp.take_along_axis(log_mu_all, action[:, None], axis=-1)[:, 0]
         discount = None
         if env_discounts:
             if "discount" not in info:
@@ -297,7 +298,7 @@ def rollout(
             env_state=state.env_state if record_states else None,
             discount=discount,
             is_action=is_action,
-            log_b_all=log_b_all,
+            log_b_all=log_b_all if record_behaviour_log_probs else None,
         )
         new_state = EnvCarry(
             env_state=env_state,
@@ -309,4 +310,13 @@ def rollout(
 
     steps = jnp.arange(num_steps, dtype=jnp.int32)
     keys = jax.random.split(key, num_steps)
-    return jax.lax.scan(one_step, carry, (steps, keys))
+    carry, traj = jax.lax.scan(one_step, carry, (steps, keys))
+    newest = acting.newest_after(actor)
+    if newest is not None:
+        traj = traj.replace(log_pi_all=acting.newest_log_probs(
+            apply_fn, newest, traj.obs, traj.lag, traj.log_pi_all))
+    if traj.is_action is not None:  # tool steps: no behaviour ratio (log rho := 0)
+        log_mu_all = jnp.where(traj.is_action[..., None], traj.log_mu_all, traj.log_pi_all)
+        traj = traj.replace(log_mu_all=log_mu_all, log_mu=jnp.take_along_axis(
+            log_mu_all, traj.action[..., None], axis=-1)[..., 0])
+    return carry, traj
