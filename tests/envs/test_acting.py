@@ -145,27 +145,31 @@ P = 4610  # CartPole actor 4-64-64-2
     (512, 32, P, "cpu", True, 0, True, "common"),     # fixed:L, no switch: 2 rows
     (512, 32, P, "gpu", True, 0, True, "common"),
     (4, 2, P, "cpu", True, 3, True, "table"),         # fixed:L with switches: lags differ
-    (4, 2, P, "cpu", False, 0, True, "table"),        # K < 4, chunk 1
-    (4, 4, P, "cpu", False, 0, True, "per_env"),      # chunk 4 // 16 -> 1; 18,440 <= 2^20
-    (31, 4, P, "cpu", False, 0, True, "per_env"),     # 31 // 16 = 1
-    (32, 4, P, "cpu", False, 0, True, "sorted"),      # chunk 2: B >= 8 K
-    (64, 8, P, "cpu", False, 0, True, "sorted"),
-    (63, 8, P, "cpu", False, 0, True, "per_env"),
+    (4, 2, P, "cpu", False, 0, True, "table"),        # K < 4
+    (4, 4, P, "cpu", False, 0, True, "per_env"),      # 18,440 <= 2^17
+    (28, 4, P, "cpu", False, 0, True, "per_env"),     # 129,080 <= 2^17 = 131,072
+    (29, 4, P, "cpu", False, 0, True, "table"),       # 133,690 > 2^17: needs K >= 8
+    (32, 4, P, "cpu", False, 0, True, "table"),       # chunk 2 but K < 8: never sorted
+    (4096, 4, P, "cpu", False, 0, True, "table"),
+    (4096, 8, P, "cpu", False, 0, True, "sorted"),
+    (64, 8, P, "cpu", False, 0, True, "sorted"),      # chunk 2: B >= 8 K
+    (63, 8, P, "cpu", False, 0, True, "per_env"),     # chunk 1
     (512, 8, P, "cpu", False, 0, True, "sorted"),
     (512, 32, P, "cpu", False, 0, True, "sorted"),
     (64, 32, P, "cpu", False, 0, True, "per_env"),    # chunk 1
-    (97, 4, P, "cpu", False, 0, True, "per_env"),     # prime B: no divisor in [2, 6]
-    (512, 8, P, "cpu", False, 3, True, "table"),      # switches: never sorted
-    (512, 8, P, "cpu", False, 0, False, "table"),     # on a mesh: never sorted
-    (227, 4, P, "cpu", False, 0, False, "per_env"),   # 1,046,470 <= 2^20 = 1,048,576
-    (228, 4, P, "cpu", False, 0, False, "table"),     # 1,051,080 > 2^20: needs K >= 16
-    (512, 15, P, "cpu", False, 0, False, "table"),
-    (512, 16, P, "cpu", False, 0, False, "per_env"),
+    (97, 8, P, "cpu", False, 0, True, "per_env"),     # prime B: no divisor in [2, 3]
+    (512, 8, P, "cpu", False, 3, True, "table"),      # switches: never sorted, K >= 16
+    (512, 8, P, "cpu", False, 0, False, "per_env"),   # on a mesh: never sorted
+    (909, 8, P, "cpu", False, 0, False, "per_env"),   # 4,190,490 <= 2^22 = 4,194,304
+    (910, 8, P, "cpu", False, 0, False, "table"),     # 4,195,100 > 2^22: needs K >= 16
+    (910, 16, P, "cpu", False, 0, False, "per_env"),
+    (512, 7, P, "cpu", False, 0, False, "table"),
     (4096, 32, P, "cpu", False, 0, False, "per_env"),
-    (64, 4, P, "cpu", False, 2, True, "table"),       # switches: twice the K
-    (64, 8, P, "cpu", False, 2, True, "per_env"),
-    (512, 16, P, "cpu", False, 2, True, "table"),
-    (512, 32, P, "cpu", False, 2, True, "per_env"),
+    (64, 8, P, "cpu", False, 2, True, "table"),       # switches: K >= 16 up to 2^22
+    (64, 16, P, "cpu", False, 2, True, "per_env"),
+    (909, 16, P, "cpu", False, 2, True, "per_env"),
+    (910, 16, P, "cpu", False, 2, True, "table"),     # then K >= 32
+    (4096, 32, P, "cpu", False, 2, True, "per_env"),
     (4, 32, P, "gpu", False, 0, True, "table"),       # other backends: the table
     (512, 8, P, "gpu", False, 0, True, "table"),
     (4, 32, P, "tpu", False, 2, True, "table"),

@@ -197,8 +197,11 @@ def sorted_versions(buffer: VersionBuffer, lags: Array, chunk: int,
 
 
 ROLLOUT_PATHS = ("table", "common", "per_env", "sorted")
-# (B x params floats, K from which the per-env path is cheaper) on CPU, measured (docstring)
-_PER_ENV_FROM = ((1 << 20, 4), (None, 16))
+# (B x params floats, K from which the per-env path is cheaper than the table) on CPU,
+# measured (choose_path's docstring): without and with mid-rollout switches
+_PER_ENV_FROM = ((1 << 17, 4), (1 << 22, 8), (None, 16))
+_PER_ENV_SWITCH_FROM = ((1 << 22, 16), (None, 32))
+_SORTED_FROM = 8  # K from which the sorted path is cheaper than the table
 
 
 def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
@@ -211,34 +214,41 @@ def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
       V x B rows per step, memory O(V x params); serves every law, switches included.
     * ``"sorted"`` (:func:`sorted_versions`): envs sorted by lag once per rollout, the actor
       once per (chunk, version) pair: at most B + (K - 1) x chunk rows per step in
-      ``chunk``-row matmuls, plus the newest's plain forward; memory O((B / chunk + K) x
-      params); every law, no mid-rollout switch, one device (``one_device``: the sort
-      would otherwise move rows between devices).
+      ``chunk``-row matmuls (the newest's logits after the rollout); memory
+      O((B / chunk + K) x params); every law, no mid-rollout switch, one device
+      (``one_device``: the sort would otherwise move rows between devices).
     * ``"per_env"`` (:func:`env_versions`): one forward per env with its own version (a
-      batched matvec) plus the newest's plain forward over B rows: memory O(B x params);
-      serves every law, switches included (then re-gathered from the ring at every step).
+      batched matvec; the newest's logits after the rollout): memory O(B x params); serves
+      every law, switches included (then re-gathered from the ring at every step).
 
     Every path draws each env's lag iid from the law (no grouping or stratification), so
     the choice moves float bits only, never the law.
 
-    Rule (CPU, measured, actor 4-64-64-2, T = 128, XLA's Eigen threads off, CPU time; one
-    copy of each program's inputs, so differences under ~10% are not resolved: one program's
-    time moves that much between copies of its input state, ``benchmarks.train.time_rows``;
-    ``experiments/rollout_paths.py``, 2026-12-02): the rollouts of a whole training
-    run (sync-gae's: 1.0) cost, at 1 seed x 512 envs, K = 8: sorted 2.1, per_env 2.8, table
-    5.0; K = 32: sorted 2.1, per_env 2.9; at 8 seeds x 512 envs, K = 8: sorted 1.8, per_env
-    4.0, table 4.2 (the per-env copies, 8 x 512 x params, leave the cache); at 8 x 64,
-    K = 8: sorted 2.2, per_env 2.3, table 4.5, but K = 32 (chunk 1): sorted 5.2, per_env 2.4.
-    So ``sorted`` when its chunk (:func:`sort_chunk`) is at least 2 (B >= 8 K), on one
-    device and without switches. Below that, the per-env forward is a matvec per env whose
-    cost grows with B x params faster than the table's matmul once the per-env copies leave
-    the cache: per-env / table CPU time was 0.85 / 0.98 / 1.92 at K = 4 and 0.26 / 0.58 /
-    0.99 at K = 8 (B = 4 / 64 / 512, two XLA threads), 0.13-0.26 at K = 32; at B = 4096
-    4.8 (K = 2), 1.19 (K = 8), 0.47 (K = 16). Re-gathering at every step (switches) costs
-    1.5-2.1x the table at K = 8 and 0.38-0.47x at K = 32. So ``per_env`` when K >= 4 and B x
-    params <= 2^20 floats (4 MiB), or K >= 16; twice that K under mid-rollout switches;
-    ``table`` otherwise. Other backends: ``table`` (O(V x params) memory, the accelerator
-    layout of issue 22; not measured here: no accelerator was lent to this).
+    Rule (CPU; ``experiments/rollout_paths.py micro``: the actor 4-64-64-2 alone in a
+    T = 128 scan, one compile per row, best of 3, two XLA threads, 2026-12-03, after pi_k
+    left the step loop; CPU time over the table's at B = 4 / 64 / 512 / 4096; single ratios
+    move by ~20% between runs at these sizes):
+
+    ======  ========================  ========================  ========================
+    K       sorted                    per_env                   per_env, switches
+    ======  ========================  ========================  ========================
+    2       - / 1.86 / 1.33 / 2.30    0.85 / 2.26 / 1.96 / 4.70 1.71 / 6.23 / 3.87 / 8.06
+    4       - / 1.21 / 0.91 / 1.48    0.70 / 1.43 / 1.28 / 2.96 1.60 / 3.72 / 2.73 / 5.12
+    8       - / 0.79 / 0.56 / 0.69    0.65 / 0.77 / 0.72 / 1.47 1.56 / 1.95 / 1.54 / 2.57
+    16      - / 0.36 / 0.27 / 0.31    0.34 / 0.34 / 0.31 / 0.65 1.19 / 0.91 / 0.71 / 1.13
+    32      - / 0.16 / 0.13 / 0.12    0.20 / 0.14 / 0.16 / 0.24 0.55 / 0.40 / 0.38 / 0.44
+    ======  ========================  ========================  ========================
+
+    (the sorted path needs chunk >= 2, B >= 8 K; at B = 16, K = 4 per_env read 0.71.) So
+    ``sorted`` when K >= 8 and its chunk (:func:`sort_chunk`) is at least 2, on one device
+    and without switches; else ``per_env`` from K >= 4 while B x params <= 2^17 floats,
+    K >= 8 to 2^22 and K >= 16 beyond (the per-env copies leave the cache), and under
+    switches (re-gathered every step) from K >= 16 to 2^22 and K >= 32 beyond; ``table``
+    otherwise. Whole training runs agree (``rollout_paths.py profile``, before pi_k left
+    the loop, which made per_env and sorted cheaper still: at 1 seed x 512 envs, K = 8, the
+    rollouts cost sorted 2.1, per_env 2.8, table 5.0 times sync-gae's). Other backends:
+    ``table`` (O(V x params) memory, the accelerator layout of issue 22; not measured here:
+    no accelerator was lent to this).
     """
     if num_envs < 1 or num_versions < 1 or num_params < 1:
         raise ValueError(f"choose_path: sizes must be >= 1, got num_envs={num_envs}, "
@@ -247,12 +257,12 @@ def choose_path(num_envs: int, num_versions: int, num_params: int, backend: str,
         return "common"
     if backend != "cpu":
         return "table"
-    if switch_every <= 0 and one_device and sort_chunk(num_envs, num_versions) >= 2:
+    if (switch_every <= 0 and one_device and num_versions >= _SORTED_FROM
+            and sort_chunk(num_envs, num_versions) >= 2):
         return "sorted"
     size = num_envs * num_params
-    k_min = next(k for bound, k in _PER_ENV_FROM if bound is None or size <= bound)
-    if switch_every > 0:
-        k_min *= 2
+    tiers = _PER_ENV_SWITCH_FROM if switch_every > 0 else _PER_ENV_FROM
+    k_min = next(k for bound, k in tiers if bound is None or size <= bound)
     return "per_env" if num_versions >= k_min else "table"
 
 
