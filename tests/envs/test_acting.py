@@ -105,6 +105,25 @@ def test_per_env_path_acts_like_the_table_with_exact_lag_zero(setup, switch_ever
     assert np.all(np.abs(rho[~at0]) > 0)
 
 
+@pytest.mark.parametrize("whole,rows", [(72, 6), (71, 30), (0, 6)])  # T x B = 72 rows:
+def test_newest_log_probs_in_chunks(setup, monkeypatch, whole, rows):  # 1 forward; 5 steps
+    """pi_k after the rollout, whatever the chunking (one forward up to ``NEWEST_WHOLE_ROWS``
+    rows, else ``NEWEST_CHUNK_ROWS`` // B steps per forward; here 1, 5 with a remainder of 2,
+    and 1 step): the newest's float64 log-softmax at every lag > 0 entry, and at lag 0 the
+    behaviour's own log-probs bit for bit."""
+    net, versions, _, _ = setup
+    monkeypatch.setattr(acting, "NEWEST_WHOLE_ROWS", whole)
+    monkeypatch.setattr(acting, "NEWEST_CHUNK_ROWS", rows)
+    obs = np.asarray(jax.random.normal(jax.random.PRNGKey(5), (T, B, 4)), np.float32)
+    lag = np.broadcast_to(LAGS, (T, B))
+    own = np.asarray(jax.random.normal(jax.random.PRNGKey(6), (T, B, 2)), np.float32)
+    got = np.asarray(acting.newest_log_probs(net.apply, versions[-1], jnp.asarray(obs),
+                                             jnp.asarray(lag), jnp.asarray(own)))
+    np.testing.assert_array_equal(got[lag == 0], own[lag == 0])
+    want = _np_log_softmax(_np_logits(versions[-1], obs))
+    np.testing.assert_allclose(got[lag > 0], want[lag > 0], atol=2e-5)
+
+
 def test_per_env_path_caps_lags_by_the_versions_pushed(setup):
     """After 2 pushes (3 versions) lag 3 reads the oldest available version (id 0)."""
     net, versions, _, run = setup

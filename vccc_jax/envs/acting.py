@@ -21,10 +21,11 @@ moves float bits only:
   ring once per rollout, one forward per env (B per step, whatever K), memory
   O(B x params); behaviour logits by :func:`per_env_logits`.
 
-Under the last two the step loop runs the behaviour forward only: the newest's logits are
-one forward over the whole rollout's T x B observations after it (:func:`newest_after` /
-:func:`newest_log_probs`; the learner does not move during a rollout), a T x B-row matmul
-instead of T B-row forwards inside the loop. :func:`step_logits` is the one call
+Under the last two the step loop runs the behaviour forward only: the newest's logits come
+after it, over the whole rollout's T x B observations (:func:`newest_after` /
+:func:`newest_log_probs`; the learner does not move during a rollout; in forwards of 512
+rows past 2^14 rows): at 4 envs one 512-row matmul instead of 128 4-row forwards inside
+the loop. :func:`step_logits` is the one call
 ``rollout.rollout`` makes per step, whatever the path.
 """
 
@@ -356,17 +357,34 @@ def newest_after(actor: Any) -> Any:
     return None
 
 
+#: rows (steps x envs) of a rollout up to which :func:`newest_log_probs` runs one forward
+#: over all of them, and rows per forward beyond. One forward writes fresh activation
+#: buffers of T x B x width floats (134 MB per layer at 8 seeds x 512 envs x 128 steps) and
+#: XLA:CPU page-faults fresh buffers. lag8-vccc / lag32-vtrace vs sync-gae, one forward
+#: -> chunks of 512 rows (3 compiles each, one process, 2026-12-03): 8 seeds x 512 envs
+#: 0.85 / 0.79 -> 0.91 / 0.90, 1 x 512 0.94 / 0.98 -> 1.00 / 0.97, but 1 x 64 (8192 rows)
+#: 0.95 / 0.96 -> 0.90 / 0.90 (16 small forwards).
+NEWEST_WHOLE_ROWS = 1 << 14
+NEWEST_CHUNK_ROWS = 512
+
+
 def newest_log_probs(apply_fn: ApplyFn, newest: Any, obs: Array, lag: Array,
                      own_log_probs: Array) -> Array:
-    """log pi_k [T, B, A] of a whole rollout: one forward of the ``newest`` params over its
-    observations ``obs`` [T, B, ...] (``vmap`` over T: env-sharded rows stay where they
-    are), log-softmaxed; except where ``lag`` [T, B] is 0, which keep ``own_log_probs``
-    [T, B, A] (log_softmax of the behaviour logits): that version IS the newest, through the
-    per-env or chunk kernel, which may round differently from this forward, and lag 0 must
-    give the very bits the env sampled with, so that its log-ratios are exactly 0."""
+    """log pi_k [T, B, A] of a whole rollout: forwards of the ``newest`` params over its
+    observations ``obs`` [T, B, ...], all at once up to ``NEWEST_WHOLE_ROWS`` rows, else
+    ``max(1, NEWEST_CHUNK_ROWS // B)`` steps at a time (``vmap`` over steps: env-sharded
+    rows stay where they are), log-softmaxed; except where
+    ``lag`` [T, B] is 0, which keep ``own_log_probs`` [T, B, A] (log_softmax of the
+    behaviour logits): that version IS the newest, through the per-env or chunk kernel,
+    which may round differently from this forward, and lag 0 must give the very bits the env
+    sampled with, so that its log-ratios are exactly 0."""
     chex.assert_shape(lag, obs.shape[:2])
     chex.assert_shape(own_log_probs, obs.shape[:2] + (None,))
-    logits = jax.vmap(apply_fn, in_axes=(None, 0))(newest, obs)
+    num_steps, num_envs = obs.shape[:2]
+    steps = (num_steps if num_steps * num_envs <= NEWEST_WHOLE_ROWS
+             else max(1, NEWEST_CHUNK_ROWS // num_envs))
+    logits = (jax.vmap(apply_fn, in_axes=(None, 0))(newest, obs) if steps >= num_steps else
+              jax.lax.map(lambda o: apply_fn(newest, o), obs, batch_size=steps))
     return jnp.where((lag == 0)[..., None], own_log_probs, jax.nn.log_softmax(logits, axis=-1))
 
 
