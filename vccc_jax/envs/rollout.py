@@ -17,7 +17,7 @@ environments. Each step records, time-major ``[T, B, ...]``:
   temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here,
   and lag-0 log-ratios are exactly zero: under the tables an env at lag 0 reads its
   behaviour logits from the newest version's row (the same bits); under the per-env and
-  sorted paths pi_k is one forward over all T x B observations after the step loop, and
+  sorted paths pi_k comes from forwards over the T x B observations after the step loop, and
   lag-0 entries keep the behaviour's own log-softmax (``acting.newest_log_probs``);
 * ``lag`` / ``version``: how many updates old the acting parameters were and their id;
 * ``episode_return`` / ``episode_length`` of episodes that ended at t (0 elsewhere);
