@@ -63,7 +63,7 @@ def _best(fns: dict, repeats: int) -> dict:
 
 
 def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
-    from vccc_jax.envs import acting
+    from vccc_jax.envs import acting, rollout
     from vccc_jax.envs import lag as lag_lib
     from vccc_jax.train.networks import Actor
 
@@ -87,15 +87,15 @@ def micro(envs, versions, hidden: int, steps: int, repeats: int) -> None:
                     actor = prep(buf, lags)
 
                     def step(obs, xs):
-                        t, k = xs
+                        t, _, _, noise = xs
                         mu, pi = logits_fn(actor, lags, t, obs)
                         lb = jax.nn.log_softmax(mu)
-                        a = jax.random.categorical(k, lb, axis=-1)
+                        a = jnp.argmax(lb + noise, axis=-1)  # drawn as rollout.rollout does
                         lp = lb if pi is None else jax.nn.log_softmax(pi)
                         nxt = obs * 0.99 + 0.01 * (a[:, None] + lp[:, :1])
                         return nxt, (obs, lp)
-                    ts = jnp.arange(steps, dtype=jnp.int32)
-                    _, (obs, lp) = jax.lax.scan(step, obs0, (ts, jax.random.split(key, steps)))
+                    _, (obs, lp) = jax.lax.scan(step, obs0, rollout.step_draws(
+                        key, steps, B, jax.ShapeDtypeStruct((B, 2), jnp.float32)))
                     newest = acting.newest_after(actor)
                     if newest is not None:  # pi_k after the loop, as rollout.rollout does
                         lag = jnp.broadcast_to(actor.lag, lp.shape[:2])

@@ -172,6 +172,28 @@ def test_sampling_log_probs_validation_and_topk():
         rollout_lib.sampling_log_probs(logits, 1.0, -1)
 
 
+def test_step_draws_are_the_draws_of_the_loop():
+    """rollout.step_draws makes before the loop the very bits a step-by-step loop draws:
+    step t splits split(key, T)[t] into (action key, env key), the B env keys are
+    split(env key, B), and argmax(log-probs + noise[t]) is jax.random.categorical's
+    action, -inf (top-k) entries included."""
+    key, (T, B, A) = jax.random.PRNGKey(3), (6, 3, 5)
+    log_probs = jax.nn.log_softmax(jax.random.normal(jax.random.PRNGKey(4), (T, B, A)))
+    log_probs = log_probs.at[:, 0, 1].set(-jnp.inf)
+    steps, k_act, env_keys, noise = rollout_lib.step_draws(
+        key, T, B, jax.ShapeDtypeStruct((B, A), jnp.float32))
+    np.testing.assert_array_equal(steps, np.arange(T))
+    assert noise.shape == (T, B, A) and noise.dtype == jnp.float32
+    for t, step_key in enumerate(jax.random.split(key, T)):
+        ka, ke = jax.random.split(step_key)
+        np.testing.assert_array_equal(k_act[t], ka)
+        np.testing.assert_array_equal(env_keys[t], jax.random.split(ke, B))
+        np.testing.assert_array_equal(jnp.argmax(log_probs[t] + noise[t], axis=-1),
+                                      jax.random.categorical(ka, log_probs[t], axis=-1))
+    assert np.all(np.asarray(jnp.argmax(log_probs + noise, axis=-1))[:, 0] != 1)
+    assert rollout_lib.step_draws(key, T, B, None)[3] is None  # a sampler draws its own
+
+
 def test_mid_rollout_switches_act_with_newer_versions():
     """K = 9 versions 0..8; env 0 starts at lag 5 (mu_3) and receives weights 2 versions
     newer every 4 steps: mu_3 -> mu_5 -> mu_7 -> mu_8; every logged log-prob matches the

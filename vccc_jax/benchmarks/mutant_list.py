@@ -133,6 +133,10 @@ MUTANTS = (
            "idx = (step * num_envs + jnp.arange(num_envs, dtype=jnp.int32)) % len(self.trace)",
            "idx = (step + jnp.arange(num_envs, dtype=jnp.int32)) % len(self.trace)",
            "trace:... replays the measured lags out of order"),
+    Mutant("rollout-draws-one-key", "vccc_jax/envs/rollout.py",
+           "k_act, k_env = both[:, 0], both[:, 1]", "k_act, k_env = both[:, 0], both[:, 0]",
+           "actions and env steps drawn from one key: the action noise and the env's own "
+           "draws (resets) are correlated", "i28"),
     Mutant("rollout-truncation-zero-discount", "vccc_jax/envs/rollout.py",
            "return gamma * (1.0 - self.terminated.astype(self.reward.dtype))",
            "return gamma * (1.0 - (self.terminated | self.truncated).astype(self.reward.dtype))",

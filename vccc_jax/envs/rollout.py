@@ -173,6 +173,25 @@ class Trajectory:
 # --------------------------------------------------------------------------------------
 
 
+def step_draws(key: Array, num_steps: int, num_envs: int,
+               logits: Optional[jax.ShapeDtypeStruct]) -> tuple:
+    """The scan inputs of a rollout: (step index [T], action key [T, 2], env keys [T, B, 2],
+    Gumbel noise [T, B, A] or None), every random draw of the loop made before it, one
+    batched call each. They are the very bits the loop body would draw step by step (step t
+    splits ``split(key, T)[t]`` into an action and an env key; ``jax.random.categorical`` is
+    the argmax of the log-probs plus ``gumbel(action key, logits shape)``; threefry is
+    counter-based, so ``vmap`` over the keys changes nothing), without a threefry call per
+    draw inside the loop: XLA:CPU runs each as a 5-trip while loop of small kernels. The
+    noise is there when ``logits`` (the shape and dtype of one step's behaviour logits [B, A])
+    is given: actions come from ``jax.random.categorical``; a sampler draws its own."""
+    both = jax.vmap(jax.random.split)(jax.random.split(key, num_steps))  # [T, 2, 2]
+    k_act, k_env = both[:, 0], both[:, 1]
+    env_keys = jax.vmap(lambda k: jax.random.split(k, num_envs))(k_env)
+    noise = None if logits is None else jax.vmap(
+        lambda k: jax.random.gumbel(k, logits.shape, logits.dtype))(k_act)
+    return jnp.arange(num_steps, dtype=jnp.int32), k_act, env_keys, noise
+
+
 def rollout(
     env,
     env_params: Any,
@@ -250,8 +269,7 @@ def rollout(
     step_env = jax.vmap(env_step_info, in_axes=(None, 0, 0, 0, None))
 
     def one_step(state: EnvCarry, xs):
-        t, step_key = xs
-        k_act, k_env = jax.random.split(step_key)
+        t, k_act, env_keys, noise = xs
         logits_mu, logits_pi, lag_t, version = acting.step_logits(
             apply_fn, actor, lags, state.obs, t, switch_every=switch_every,
             switch_stride=switch_stride)
@@ -261,13 +279,14 @@ def rollout(
         log_pi_all = log_b_all if logits_pi is None else jax.nn.log_softmax(logits_pi, -1)
         if sampler is None:
             log_mu_all = sampling_log_probs(logits_mu, temperature, top_k)
-            action = jax.random.categorical(k_act, log_mu_all, axis=-1).astype(jnp.int32)
+            # = jax.random.categorical(k_act, log_mu_all): argmax of log-probs + Gumbel noise
+            action = jnp.argmax(log_mu_all + noise, axis=-1).astype(jnp.int32)
             log_mu = jnp.take_along_axis(log_mu_all, action[:, None], axis=-1)[:, 0]
         else:
             drawn = samplers.sample(k_act, logits_mu, sampler)
             action, log_mu, log_mu_all = drawn.token, drawn.log_prob, drawn.log_probs
         obs, env_state, reward, terminated, truncated, final_obs, info = step_env(
-            env, jax.random.split(k_env, num_envs), state.env_state, action, env_params
+            env, env_keys, state.env_state, action, env_params
         )
         is_action = info.get("is_action")
         if is_action is not None:
@@ -308,9 +327,10 @@ def rollout(
         )
         return new_state, record
 
-    steps = jnp.arange(num_steps, dtype=jnp.int32)
-    keys = jax.random.split(key, num_steps)
-    carry, traj = jax.lax.scan(one_step, carry, (steps, keys))
+    carry, traj = jax.lax.scan(one_step, carry, step_draws(
+        key, num_steps, num_envs, None if sampler is not None else jax.eval_shape(
+            lambda o: acting.step_logits(apply_fn, actor, lags, o, jnp.int32(0))[0],
+            carry.obs)))
     newest = acting.newest_after(actor)
     if newest is not None:
         traj = traj.replace(log_pi_all=acting.newest_log_probs(
