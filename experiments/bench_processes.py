@@ -7,7 +7,7 @@ targets' margins, so one grid run cannot tell 0.95x from 1.0x).
         --rows reference,sync-gae --placements 3 --out results/bench_processes.jsonl
 
 Each process appends its record to ``--out`` (``vccc bench train --out``, one line per
-process); the summary prints, for every row against ``--base`` (default the first row), the
+process); the summary prints, for every row against ``--base`` (default the reference), the
 per-process wall and CPU ratios (env steps/s of the row over the base's), their mean with a
 95% t interval and the geometric mean. ``--summarize`` only reads ``--out``. Not a test.
 """
@@ -15,7 +15,6 @@ per-process wall and CPU ratios (env steps/s of the row over the base's), their 
 from __future__ import annotations
 
 import argparse
-import math
 import subprocess
 import sys
 
@@ -23,6 +22,7 @@ import numpy as np
 
 
 def summarize(path: str, base: str, seeds: int, envs: int) -> None:
+    from vccc_jax.analysis.stats import ci_dict
     from vccc_jax.benchmarks import train_grid as g
 
     recs = [r for r in g.read_record(path) if r["seeds"] == seeds and r["envs"] == envs]
@@ -38,16 +38,11 @@ def summarize(path: str, base: str, seeds: int, envs: int) -> None:
             continue
         for cpu in (False, True):
             x = np.array([g.ratio(p[name], p[base_name], cpu=cpu) for p in by_proc])
-            half = (_t95(len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else 0
-            print(f"{name:14s} {'cpu ' if cpu else 'wall'}  mean {x.mean():.3f} "
-                  f"[{x.mean() - half:.3f}, {x.mean() + half:.3f}]  geo {np.exp(np.log(x).mean()):.3f}"
+            s = ci_dict(x)
+            print(f"{name:14s} {'cpu ' if cpu else 'wall'}  mean {s['mean']:.3f} "
+                  f"[{s['mean'] - s['ci']:.3f}, {s['mean'] + s['ci']:.3f}]  "
+                  f"geo {np.exp(np.log(x).mean()):.3f}"
                   f"  per process {' '.join(f'{v:.2f}' for v in x)}")
-
-
-def _t95(df: int) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(0.975, df))
 
 
 def main(argv=None) -> int:
