@@ -57,9 +57,13 @@ def cell_inputs(setting, cells):
 
 @functools.lru_cache(maxsize=None)
 def _eval_fn(method, train_cfg, options=()):
+    """Compiled at the suite's optimisation level 0 (tests/conftest.py), not the sweep's
+    ``C.COMPILER_OPTIONS`` (level 1: this file's tiny problems compile 25% faster at 0,
+    2026-12-03; the sweep runs its own level-1 programs in tests/runs/test_results.py and
+    test_resume.py)."""
     spec = C.METHODS[method]
     return jax.jit(jax.vmap(functools.partial(C.evaluate, spec, spec.options(dict(options)),
-                                              train_cfg)), compiler_options=C.COMPILER_OPTIONS)
+                                              train_cfg)))
 
 
 def evaluate(setting, method, cells, train_cfg=NO_TRAIN, **options):
@@ -360,8 +364,7 @@ def test_method_bank_gives_the_same_numbers_as_each_method(setting):
     cfg = CriticSGDConfig(num_updates=50, batch_size=8, num_checkpoints=3)
     xs = cell_inputs(setting, [("geometric", 2, 1.5), ("fixed", 3, 4.0)])
     bank = jax.jit(lambda i, xs: jax.vmap(
-        lambda x: C.evaluate(C.resolve_bank(specs, opts, i), None, cfg, x))(xs),
-        compiler_options=C.COMPILER_OPTIONS)
+        lambda x: C.evaluate(C.resolve_bank(specs, opts, i), None, cfg, x))(xs))
     for i, name in enumerate(names):
         got = bank(jnp.int32(i), xs)
         ref = _eval_fn(name, cfg)(xs)

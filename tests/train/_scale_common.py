@@ -12,7 +12,8 @@ def suite_flags() -> str:
     """The suite's compile-speed flags (tests/conftest.py: optimisation level 0), taken from
     this process's XLA_FLAGS, for a subprocess whose environment drops every other XLA_
     variable (a user's device count must not leak in)."""
-    keep = ("--xla_backend_optimization_level=", "--xla_llvm_disable_expensive_passes=")
+    keep = ("--xla_backend_optimization_level=", "--xla_llvm_disable_expensive_passes=",
+            "--xla_cpu_use_fusion_emitters=")
     return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f.startswith(keep))
 
 

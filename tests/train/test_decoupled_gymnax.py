@@ -3,6 +3,7 @@
 Two trainer compiles (CartPole, 2 envs x 16 steps, 3 updates, ground truth at update 1 only):
 the naive route pi_old := mu under a noisy inference sampler with lag 1 (biased against the
 exact route), and the exact route with neither mismatch nor lag (the reference against itself).
+(Two more, under the default emitters, for the one bitwise comparison of two programs.)
 """
 
 import functools
@@ -11,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _exact_programs import with_default_emitters
 
 from vccc_jax.estimators.related import decoupled as dec
 from vccc_jax.train import route_metrics as rm
@@ -26,8 +28,8 @@ CLEAN = dict(TINY, lag="fixed:0", pi_old_route="exact")
 ON = 1  # gt_every = 2: update index 1 is the only on-cycle one of 3
 
 
-def _run(cfg):
-    tr = Trainer(TrainConfig(**cfg))
+def _run(cfg, programs=lambda tr: tr):
+    tr = programs(Trainer(TrainConfig(**cfg)))
     state0 = tr.init()
     _, m = tr.train(state0)
     return tr, state0, jax.device_get(m)
@@ -127,9 +129,10 @@ def test_fire_rates_count_each_threshold():
 
 def test_interpolated_route_at_lag_one_is_the_behaviour_route(noisy):
     """A-3PO (pi_old_route "interpolated") has alpha = (l - 1) / l = 0 at lag 1: pi_prox = mu,
-    so the whole run equals the behaviour route's, metric for metric (one more compile)."""
-    _, _, m_b = noisy
-    tr, _, m_i = _run(dict(NOISY, pi_old_route="interpolated"))
+    so the whole run equals the behaviour route's, metric for metric: two different programs,
+    compiled with the default emitters (_exact_programs.py) for a bitwise comparison."""
+    tr, _, m_i = _run(dict(NOISY, pi_old_route="interpolated"), with_default_emitters)
+    _, _, m_b = _run(NOISY, with_default_emitters)
     assert tr.config.pi_old_route == "interpolated"
     assert set(m_i) == set(m_b)
     for k in m_b:

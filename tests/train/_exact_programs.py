@@ -1,0 +1,25 @@
+"""Programs for bitwise comparisons of two *different* trainer programs.
+
+The suite compiles with XLA:CPU's legacy elemental emitters (tests/conftest.py: a third of
+the compile time). Two programs that compute the same numbers by different HLO (``rho * x``
+with ``rho == 1`` at run time vs ``x``) are then fused and contracted into FMAs differently:
+the lag-0 V-trace run and its on-policy form moved the actor loss by ~6e-9 at update 1
+(2026-12-03). Under the default fusion emitters, which users run, they agree bit for bit, so
+those comparisons compile both sides with them."""
+
+import functools
+
+import jax
+
+from vccc_jax.train import trainer as trainer_lib
+
+DEFAULT_EMITTERS = {"xla_cpu_use_fusion_emitters": True}
+
+
+def with_default_emitters(tr: trainer_lib.Trainer) -> trainer_lib.Trainer:
+    """``tr`` with its init and train programs compiled under the default CPU emitters."""
+    tr.programs = trainer_lib.Programs(
+        init=jax.jit(functools.partial(trainer_lib.init_states, tr.setup), compiler_options=DEFAULT_EMITTERS),
+        train=jax.jit(functools.partial(trainer_lib.train_scan, tr.setup), static_argnums=(2,),
+                      compiler_options=DEFAULT_EMITTERS))
+    return tr
