@@ -1,4 +1,4 @@
-"""Programs for bitwise comparisons of two *different* trainer programs.
+"""Programs for comparisons of two *different* programs at bitwise or few-ulp tolerance.
 
 The suite compiles with XLA:CPU's legacy elemental emitters (tests/conftest.py: a trainer
 compiles in about a third of the time). Two programs that compute the same numbers by
@@ -8,10 +8,6 @@ differed in the actor loss by 6e-9 at the first update and by 2.6e-5 at the 24th
 Under the default fusion emitters, which users run, they agree bit for bit, so those
 comparisons compile both sides with them."""
 
-import functools
-
-import jax
-
 from vccc_jax.train import trainer as trainer_lib
 
 DEFAULT_EMITTERS = {"xla_cpu_use_fusion_emitters": True}
@@ -19,8 +15,5 @@ DEFAULT_EMITTERS = {"xla_cpu_use_fusion_emitters": True}
 
 def with_default_emitters(tr: trainer_lib.Trainer) -> trainer_lib.Trainer:
     """``tr`` with its init and train programs compiled under the default CPU emitters."""
-    tr.programs = trainer_lib.Programs(
-        init=jax.jit(functools.partial(trainer_lib.init_states, tr.setup), compiler_options=DEFAULT_EMITTERS),
-        train=jax.jit(functools.partial(trainer_lib.train_scan, tr.setup), static_argnums=(2,),
-                      compiler_options=DEFAULT_EMITTERS))
+    tr.programs = trainer_lib.compile_programs(tr.setup, DEFAULT_EMITTERS)
     return tr

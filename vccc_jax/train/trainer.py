@@ -332,10 +332,12 @@ class Programs(NamedTuple):
     train: Callable
 
 
-def compile_programs(setup: Setup) -> Programs:
-    """The jitted init and training scan of ``setup`` (compiled on first call)."""
-    return Programs(init=jax.jit(functools.partial(init_states, setup)),
-                    train=jax.jit(functools.partial(train_scan, setup), static_argnums=(2,)))
+def compile_programs(setup: Setup, compiler_options: Optional[dict] = None) -> Programs:
+    """The jitted init and training scan of ``setup`` (compiled on first call);
+    ``compiler_options``: XLA options for both (``jax.jit``'s)."""
+    return Programs(init=jax.jit(functools.partial(init_states, setup), compiler_options=compiler_options),
+                    train=jax.jit(functools.partial(train_scan, setup), static_argnums=(2,),
+                                  compiler_options=compiler_options))
 
 
 class Trainer:
