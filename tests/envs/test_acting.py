@@ -105,15 +105,13 @@ def test_per_env_path_acts_like_the_table_with_exact_lag_zero(setup, switch_ever
     assert np.all(np.abs(rho[~at0]) > 0)
 
 
-@pytest.mark.parametrize("whole,rows", [(72, 6), (71, 30), (0, 6)])  # T x B = 72 rows:
-def test_newest_log_probs_in_chunks(setup, monkeypatch, whole, rows):  # 1 forward; 5 steps
-    """pi_k after the rollout, whatever the chunking (one forward up to ``NEWEST_WHOLE_ROWS``
-    rows, else ``NEWEST_CHUNK_ROWS`` // B steps per forward; here 1, 5 with a remainder of 2,
-    and 1 step): the newest's float64 log-softmax at every lag > 0 entry, and at lag 0 the
+@pytest.mark.parametrize("rows", [72, 30, 6])  # T x B = 72 rows: 1 forward; 5 steps
+def test_newest_log_probs_in_chunks(setup, monkeypatch, rows):
+    """pi_k after the rollout, whatever the chunking (``NEWEST_ROWS`` // B steps per
+    forward; here all, 5 with a remainder of 2, and 1 step): the newest's float64 log-softmax at every lag > 0 entry, and at lag 0 the
     behaviour's own log-probs bit for bit."""
     net, versions, _, _ = setup
-    monkeypatch.setattr(acting, "NEWEST_WHOLE_ROWS", whole)
-    monkeypatch.setattr(acting, "NEWEST_CHUNK_ROWS", rows)
+    monkeypatch.setattr(acting, "NEWEST_ROWS", rows)
     obs = np.asarray(jax.random.normal(jax.random.PRNGKey(5), (T, B, 4)), np.float32)
     lag = np.broadcast_to(LAGS, (T, B))
     own = np.asarray(jax.random.normal(jax.random.PRNGKey(6), (T, B, 2)), np.float32)

@@ -24,7 +24,7 @@ moves float bits only:
 Under the last two the step loop runs the behaviour forward only: the newest's logits come
 after it, over the whole rollout's T x B observations (:func:`newest_after` /
 :func:`newest_log_probs`; the learner does not move during a rollout; in forwards of 512
-rows past 2^14 rows): at 4 envs one 512-row matmul instead of 128 4-row forwards inside
+rows: :data:`NEWEST_ROWS`): at 4 envs one 512-row matmul instead of 128 4-row forwards inside
 the loop. :func:`step_logits` is the one call
 ``rollout.rollout`` makes per step, whatever the path.
 """
@@ -357,23 +357,24 @@ def newest_after(actor: Any) -> Any:
     return None
 
 
-#: rows (steps x envs) of a rollout up to which :func:`newest_log_probs` runs one forward
-#: over all of them, and rows per forward beyond. One forward writes fresh activation
-#: buffers of T x B x width floats (134 MB per layer at 8 seeds x 512 envs x 128 steps) and
-#: XLA:CPU page-faults fresh buffers. lag8-vccc / lag32-vtrace vs sync-gae, one forward
-#: -> chunks of 512 rows (3 compiles each, one process, 2026-12-03): 8 seeds x 512 envs
-#: 0.85 / 0.79 -> 0.91 / 0.90, 1 x 512 0.94 / 0.98 -> 1.00 / 0.97, but 1 x 64 (8192 rows)
-#: 0.95 / 0.96 -> 0.90 / 0.90 (16 small forwards).
-NEWEST_WHOLE_ROWS = 1 << 14
-NEWEST_CHUNK_ROWS = 512
+#: rows (steps x envs, per seed) of one forward of :func:`newest_log_probs`: a rollout of more
+#: rows runs ``max(1, NEWEST_ROWS // B)`` steps per forward. One forward over a whole rollout
+#: writes fresh activation buffers of T x B x width floats (16 MB per layer at 8 seeds x 64
+#: envs x 128 steps, the seed vmap multiplying the rows) and XLA:CPU runs it at a third of
+#: the rate of 512-row pieces. Measured (actor 4-64-64-2 forward + log-softmax over a
+#: T = 128 rollout, seeds vmapped, best of 5, CPU time of 512-row pieces over one forward,
+#: 2026-12-03): 1 x 64 envs 0.70, 1 x 512 0.27, 8 x 64 0.37, 8 x 512 0.27 (8 x 4: 4096 rows,
+#: one forward); the rollouts of lag8-vccc at 8 seeds x 64 envs 0.893 -> 0.674 s CPU
+#: (``experiments/rollout_paths.py profile``).
+NEWEST_ROWS = 512
 
 
 def newest_log_probs(apply_fn: ApplyFn, newest: Any, obs: Array, lag: Array,
                      own_log_probs: Array) -> Array:
     """log pi_k [T, B, A] of a whole rollout: forwards of the ``newest`` params over its
-    observations ``obs`` [T, B, ...], all at once up to ``NEWEST_WHOLE_ROWS`` rows, else
-    ``max(1, NEWEST_CHUNK_ROWS // B)`` steps at a time (``vmap`` over steps: env-sharded
-    rows stay where they are), log-softmaxed; except where
+    observations ``obs`` [T, B, ...], ``max(1, NEWEST_ROWS // B)`` steps at a time (all at
+    once when that is all of them; ``vmap`` over steps: env-sharded rows stay where they
+    are), log-softmaxed; except where
     ``lag`` [T, B] is 0, which keep ``own_log_probs`` [T, B, A] (log_softmax of the
     behaviour logits): that version IS the newest, through the per-env or chunk kernel,
     which may round differently from this forward, and lag 0 must give the very bits the env
@@ -381,8 +382,7 @@ def newest_log_probs(apply_fn: ApplyFn, newest: Any, obs: Array, lag: Array,
     chex.assert_shape(lag, obs.shape[:2])
     chex.assert_shape(own_log_probs, obs.shape[:2] + (None,))
     num_steps, num_envs = obs.shape[:2]
-    steps = (num_steps if num_steps * num_envs <= NEWEST_WHOLE_ROWS
-             else max(1, NEWEST_CHUNK_ROWS // num_envs))
+    steps = max(1, NEWEST_ROWS // num_envs)
     logits = (jax.vmap(apply_fn, in_axes=(None, 0))(newest, obs) if steps >= num_steps else
               jax.lax.map(lambda o: apply_fn(newest, o), obs, batch_size=steps))
     return jnp.where((lag == 0)[..., None], own_log_probs, jax.nn.log_softmax(logits, axis=-1))
