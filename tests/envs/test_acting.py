@@ -108,8 +108,10 @@ def test_per_env_path_acts_like_the_table_with_exact_lag_zero(setup, switch_ever
 @pytest.mark.parametrize("rows", [72, 30, 6])  # T x B = 72 rows: 1 forward; 5 steps
 def test_newest_log_probs_in_chunks(setup, monkeypatch, rows):
     """pi_k after the rollout, whatever the chunking (``NEWEST_ROWS`` // B steps per
-    forward; here all, 5 with a remainder of 2, and 1 step): the newest's float64 log-softmax at every lag > 0 entry, and at lag 0 the
-    behaviour's own log-probs bit for bit."""
+    forward; here all, 5 with a remainder of 2, and 1 step): the newest's float64
+    log-softmax at every lag > 0 entry, and at lag 0 the behaviour's own log-probs bit for
+    bit; and the forwards really are that many steps each (a scan of T // steps trips, none
+    when one forward covers the rollout)."""
     net, versions, _, _ = setup
     monkeypatch.setattr(acting, "NEWEST_ROWS", rows)
     obs = np.asarray(jax.random.normal(jax.random.PRNGKey(5), (T, B, 4)), np.float32)
@@ -120,6 +122,11 @@ def test_newest_log_probs_in_chunks(setup, monkeypatch, rows):
     np.testing.assert_array_equal(got[lag == 0], own[lag == 0])
     want = _np_log_softmax(_np_logits(versions[-1], obs))
     np.testing.assert_allclose(got[lag > 0], want[lag > 0], atol=2e-5)
+    jaxpr = jax.make_jaxpr(lambda o: acting.newest_log_probs(
+        net.apply, versions[-1], o, jnp.asarray(lag), jnp.asarray(own)))(jnp.asarray(obs))
+    trips = [e.params["length"] for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    steps = max(1, rows // B)
+    assert trips == ([] if steps >= T else [T // steps])
 
 
 def test_per_env_path_caps_lags_by_the_versions_pushed(setup):
