@@ -95,19 +95,17 @@ def vtrace_enumeration_errors(p: Problem, fns: tuple, settings=VTRACE_SETTINGS, 
     def expect(x):
         return jnp.sum((prob * x).reshape(S, -1), axis=-1)
 
+    # the closed forms, once per setting (they do not depend on the function checked)
+    want_vs = [ex.expected_vtrace_operator(
+        mdp, pi, mu, vbar, n_steps=horizon if n is None else n, lambda_=lam,
+        clip_rho_threshold=rbar, clip_c_threshold=cbar) for lam, rbar, cbar, n, _ in settings]
+    want_pg = [expected_pg_advantage(p, setting, horizon) for setting in settings]
     vs_err, pg_err = [], []
     for fn in fns:
-        vs_row, pg_row = [], []
-        for setting in settings:
-            lam, rbar, cbar, n, _ = setting
-            out = _call(fn, args, setting)
-            want = ex.expected_vtrace_operator(
-                mdp, pi, mu, vbar, n_steps=horizon if n is None else n, lambda_=lam,
-                clip_rho_threshold=rbar, clip_c_threshold=cbar)
-            vs_row.append(maxabs(expect(out.vs[0]) - want))
-            pg_row.append(maxabs(expect(out.pg_advantages[0]) - expected_pg_advantage(p, setting, horizon)))
-        vs_err.append(jnp.stack(vs_row))
-        pg_err.append(jnp.stack(pg_row))
+        outs = [_call(fn, args, setting) for setting in settings]
+        vs_err.append(jnp.stack([maxabs(expect(o.vs[0]) - w) for o, w in zip(outs, want_vs)]))
+        pg_err.append(jnp.stack([maxabs(expect(o.pg_advantages[0]) - w)
+                                 for o, w in zip(outs, want_pg)]))
     return jnp.stack(vs_err), jnp.stack(pg_err)
 
 
