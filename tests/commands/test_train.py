@@ -336,6 +336,16 @@ BAD = [
      "x num_steps 32); a run does whole updates only, so it would run 896: use 896 or 1024",
      True),
     (["--timesteps", "100"], "it would run 0: use 128", True),
+    # issue 45 row 6: no silent truncation, no traceback, no nonsense suggestion, no crash
+    (["--num-envs", "4.9"], "argument --num-envs: expected a whole number, got '4.9'", True),
+    (["--seeds", "1.7"], "argument --num-seeds/--seeds: expected a whole number, got '1.7'",
+     True),
+    (["--total-timesteps", "inf"], "expected a whole number, got 'inf'", True),
+    (["--total-timesteps", "-512"], "train flags: total_timesteps must be >= 1, got -512", True),
+    (["--hidden", "0"], "train flags: hidden must be >= 1, got 0", True),
+    (["--gamma", "nan"], "argument --gamma: expected a finite number, got 'nan'", True),
+    (["--chunk", "-1"], "--chunk must be >= 0", True),
+    (["--hidden", "0", "--dry-run"], "hidden must be >= 1, got 0", True),
     *([(["--track", "wandb"], "--track wandb: the wandb package is not installed (pip install "
         "'vccc_jax[tracking]')", True)] if importlib.util.find_spec("wandb") is None else []),
     (["--lag", "geometic:8"], "lag", False),
@@ -367,6 +377,20 @@ def test_bad_input_is_one_line_and_exit_2(argv, says, pure, dirs, capsys):
     assert len(lines) == 1 and lines[0].startswith("vccc train: "), err
     assert says.replace("{d}", str(dirs)) in lines[0], lines[0]
     assert sorted(str(p) for p in dirs.rglob("*")) == before  # nothing created or deleted
+
+
+def test_dry_run_checks_one_run_and_computes_nothing(tmp_path, capsys):
+    """Issue 45 row 6: ``--dry-run`` without ``--config`` validates the run (env, config,
+    --out) and says what it would do; nothing is written."""
+    out = tmp_path / "run"
+    rc = cmd.main(TINY + ["--out", str(out), "--dry-run"])
+    got = capsys.readouterr()
+    assert rc == 0, got.err
+    assert ("one run: CartPole-v1, 4 updates of 128 env steps x 2 seeds, ground truth every "
+            f"update; it would write --out {out} (start)") in got.out
+    assert not out.exists()
+    assert cmd.main(TINY + ["--critic", "nope", "--dry-run"]) == 2
+    assert "unknown critic 'nope'" in capsys.readouterr().err
 
 
 def test_bad_input_is_reported_before_jax_is_imported(dirs):

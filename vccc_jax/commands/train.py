@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -85,15 +86,33 @@ def _parse_value(text: str, default: Any):
             return False
         raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
     if isinstance(default, int):
-        return int(float(text))
+        return _whole(text)
     if isinstance(default, float):
-        return float(text)
+        return _finite(float(text), text)
     if default is None:  # Optional numeric fields
         try:
             return int(text)
         except ValueError:
-            return float(text)
+            return _finite(float(text), text)
     return text
+
+
+def _finite(x: float, text: str) -> float:
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return x
+
+
+def _whole(text: str) -> int:
+    """An integer flag: ``4``, ``1e6``, ``500_000``; ``4.9`` is refused, not truncated to 4
+    (a ValueError -- ``many`` -- shows as argparse's "invalid int value")."""
+    try:
+        return int(text)
+    except ValueError:
+        x = float(text)
+    if not math.isfinite(x) or x != int(x):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(x)
 
 
 def _field_type(default: Any):
@@ -216,8 +235,8 @@ def build_parser(names: bool = False) -> Parser:
     p.add_argument("--no-figure", action="store_true", help="skip the PNG figure")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--dry-run", action="store_true",
-                   help="with a --config grid: print the grid size, the cells already stored "
-                   "and an ETA; compute nothing")
+                   help="check everything and compute nothing: a --config grid prints its "
+                   "size, the cells already stored and an ETA; one run what it would do")
     p.add_argument("--track", default="none", metavar="SPEC",
                    help="experiment tracking of one run: the mean over seeds of every "
                    "metric per update, stepped by env steps. none (default), tensorboard "
@@ -291,6 +310,8 @@ def _prepare(argv: list[str]):
     args = parser.parse_args(argv)
     if args.keep < 1:
         raise ValueError(f"--keep must be >= 1, got {args.keep}")
+    if args.chunk < 0:
+        raise ValueError(f"--chunk must be >= 0 (0: about 20 calls), got {args.chunk}")
     if args.overrides and not args.config:
         raise ValueError("--set overrides a --config file; without one, use the flags")
     from vccc_jax.runs.tracking import parse_spec
@@ -345,8 +366,6 @@ def _prepare(argv: list[str]):
             check_divisible(c.num_envs, args.mesh_obj, c.num_seeds)
         return scaled("train", main, argv, args,
                       lambda: _interruptible(_grid, exp.name, cells, out, args), out)
-    if args.dry_run:
-        raise ValueError("--dry-run sizes a grid: it needs --config with a [grid] table")
     if args.shard is not None or args.shards is not None:
         raise ValueError("--shard/--shards split a grid (--config with a [grid]) into shards; "
                          "one run scales with --devices / --coordinator")
@@ -373,6 +392,8 @@ def _prepare(argv: list[str]):
 
     check_continuous(cfg, resume=mode == run_dir.RESUME)
     check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
+    if args.dry_run:
+        return lambda: _dry_run_one(cfg, out, mode)
     # every check passed: only now touch the file system. Process 0 (the writer) locks the
     # run directory until the run ends: a second vccc train there exits 3
     from vccc_jax.runs.distributed import is_main
@@ -394,6 +415,18 @@ def _prepare(argv: list[str]):
                 os.close(held)
 
     return run
+
+
+def _dry_run_one(cfg, out: Optional[Path], mode: str) -> int:
+    """``--dry-run`` of one run: every check has passed (flags, config, env, --out); say
+    what the run would do, compute nothing, write nothing."""
+    updates = cfg.total_timesteps // cfg.batch_size
+    where = f"--out {out} ({mode})" if out is not None else "a new results/train/<run name>"
+    gt = ("no ground truth" if not cfg.gt_every else "ground truth every update"
+          if cfg.gt_every == 1 else f"ground truth every {cfg.gt_every} updates")
+    print(f"one run: {cfg.env}, {updates} updates of {cfg.batch_size} env steps x "
+          f"{cfg.num_seeds} seeds, {gt}; it would write {where}. Checked; nothing computed")
+    return 0
 
 
 def _stopped(out: Path, e) -> str:

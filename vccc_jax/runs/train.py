@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -89,6 +90,7 @@ def resolve_fields(fields: dict, where: str = "train config") -> dict:
         raise ConfigError(f"{where}: unknown TrainConfig fields: {unknown}")
     out = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     out.update(fields)
+    check_numbers(out, where)
     try:
         gamma = env_gamma(out["env"])
     except ValueError as e:
@@ -100,6 +102,28 @@ def resolve_fields(fields: dict, where: str = "train config") -> dict:
             raise ConfigError(f"{where}: gamma={fields['gamma']} conflicts with gamma={gamma:g} "
                               f"of env {out['env']!r}; set it once, in the env spec")
     return out
+
+
+# The least value of each count field (TrainConfig checks the rest once JAX is imported):
+# checked in pure Python before any compute (``--hidden 0`` trained, then crashed in orbax;
+# ``--total-timesteps -512`` was answered "use -512 or 0").
+LEAST = {"num_envs": 1, "num_steps": 1, "total_timesteps": 1, "update_epochs": 1,
+         "num_minibatches": 1, "hidden": 1, "num_layers": 0, "num_seeds": 1, "gt_every": 0,
+         "gt_states": 1, "gt_rollouts": 2, "eval_envs": 0, "switch_every": 0,
+         "switch_stride": 1, "top_k": 0, "critic_steps": 1, "replay_updates": 0,
+         "centering_topk": 0, "brace_n": 0}
+
+
+def check_numbers(fields: dict, where: str = "train config") -> None:
+    """ConfigError naming ``where`` for a count below its least value (:data:`LEAST`) or a
+    number that is not finite (``inf``, ``nan``). Pure Python."""
+    for name, least in LEAST.items():
+        value = fields.get(name)
+        if isinstance(value, (int, float)) and value < least:
+            raise ConfigError(f"{where}: {name} must be >= {least}, got {value}")
+    for name, value in fields.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}: {name} must be a finite number, got {value}")
 
 
 GT_POINTS = 10  # ground-truth evaluations over a run from flags (default_gt_every)
