@@ -321,9 +321,10 @@ BAD = [
     (["--out", "{d}/file/run"], "cannot be created: {d}/file is not a directory", True),
     (["--out", "{d}/file"], "is a file, not a directory", True),
     (["--out", "{d}/other"], "holds a run of another config (hidden 8 -> 16)", True),
-    (["--out", "{d}/other", "--resume"], "holds a run of another config", True),
+    (["--out", "{d}/other", "--resume"], "--resume continues the run in {d}/other as its "
+     "config.json records it; these flags change it: --hidden 16 (the run's: 8). Drop them "
+     "to resume, or give a new --out", True),
     (["--out", "{d}/same"], "already holds this run (checkpoint at update 2): --resume", True),
-    (["--out", "{d}/same_nockpt", "--resume"], "no checkpoint yet", True),
     (["--out", "{d}/nothing_here", "--resume"], "holds no run to resume", True),
     (["--out", "{d}/foreign"], "is not a vccc train run (notes.txt)", True),
     (["--out", "{d}/foreign", "--overwrite"], "is not a vccc train run", True),
@@ -391,6 +392,23 @@ def test_dry_run_checks_one_run_and_computes_nothing(tmp_path, capsys):
     assert not out.exists()
     assert cmd.main(TINY + ["--critic", "nope", "--dry-run"]) == 2
     assert "unknown critic 'nope'" in capsys.readouterr().err
+
+
+def test_resume_alone_continues_the_run_its_config_json_records(dirs, capsys):
+    """Issue 45 row 1: after Ctrl-C, ``--out X --resume`` (as the message says) resumes the
+    run X records, even one stopped before its first checkpoint (from update 0); no message
+    on the way points a user who wants to resume at --overwrite."""
+    for name in ("other", "same", "same_nockpt"):
+        out = dirs / name
+        rc = cmd.main(["--out", str(out), "--resume", "--dry-run"])
+        got = capsys.readouterr()
+        assert rc == 0, got.err
+        assert f"2 seeds, ground truth every update; it would write --out {out} (resume)" \
+            in got.out
+    assert "--resume" in cmd._stopped(dirs / "same_nockpt", None)
+    assert "--overwrite" not in cmd._stopped(dirs / "same_nockpt", None)
+    rc = cmd.main(["--out", str(dirs / "other"), "--resume", "--hidden", "16"])
+    assert rc == 2 and "--overwrite" not in capsys.readouterr().err
 
 
 def test_bad_input_is_reported_before_jax_is_imported(dirs):

@@ -370,9 +370,14 @@ def _prepare(argv: list[str]):
         raise ValueError("--shard/--shards split a grid (--config with a [grid]) into shards; "
                          "one run scales with --devices / --coordinator")
     where = exp.path if exp is not None else "train flags"
-    fields = runs_train.resolve_fields(dict(exp.base if exp is not None else {}, **overrides),
-                                       where)
-    if exp is None:
+    saved = _resumed_config(args, exp, overrides)
+    if saved is not None:  # --out X --resume alone: the run as its config.json records it
+        where = f"{args.out}/config.json"
+        fields = runs_train.resolve_fields(saved, where)
+    else:
+        fields = runs_train.resolve_fields(
+            dict(exp.base if exp is not None else {}, **overrides), where)
+    if exp is None and saved is None:
         fields = runs_train.with_ground_truth(fields, overrides)
     runs_train.check_whole_updates(fields, where)
     if args.out is not None:
@@ -417,6 +422,27 @@ def _prepare(argv: list[str]):
     return run
 
 
+def _resumed_config(args, exp, overrides: dict) -> Optional[dict]:
+    """The config a ``--resume`` without ``--config`` continues: the one ``<out>/config.json``
+    records (None: not resuming that way, or no run recorded there -- ``run_dir.prepare``
+    says so). Config flags may repeat its values; one that changes a value is refused."""
+    from vccc_jax.runs.run_dir import saved_config
+
+    if not args.resume or args.out is None or exp is not None:
+        return None
+    saved = saved_config(Path(args.out))
+    if saved is None:
+        return None
+    changed = {k: v for k, v in overrides.items() if saved.get(k, v) != v}
+    if changed:
+        shown = ", ".join(f"--{k.replace('_', '-')} {v} (the run's: {saved.get(k)})"
+                          for k, v in sorted(changed.items()))
+        raise ValueError(f"--resume continues the run in {args.out} as its config.json records "
+                         f"it; these flags change it: {shown}. Drop them to resume, or give "
+                         "a new --out to start a run with them")
+    return saved
+
+
 def _dry_run_one(cfg, out: Optional[Path], mode: str) -> int:
     """``--dry-run`` of one run: every check has passed (flags, config, env, --out); say
     what the run would do, compute nothing, write nothing."""
@@ -437,7 +463,8 @@ def _stopped(out: Path, e) -> str:
         return (f"interrupted after update {e.update} of {e.total}; checkpoint saved: "
                 f"`--out {out} --resume` continues it")
     if not steps:
-        return f"interrupted; {out} holds no checkpoint yet (--overwrite starts it over)"
+        return (f"interrupted before the first checkpoint; `--out {out} --resume` starts "
+                "it again from update 0")
     return (f"interrupted; last checkpoint at update {steps[-1]} in {out}: `--out {out} "
             "--resume` continues it")
 

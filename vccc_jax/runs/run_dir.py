@@ -7,8 +7,8 @@ do with ``--out``:
 
 * a new or empty directory: start;
 * a directory holding another config, or files that are not a run: refuse;
-* the same config: refuse unless ``resume`` (continue from its latest checkpoint; refused
-  when it has none, instead of silently starting over);
+* the same config: refuse unless ``resume`` (continue from its latest checkpoint; from
+  update 0 when it stopped before its first save: the same run, from its start);
 * ``overwrite``: a run directory (of any config) is emptied and started over; nothing but
   the run's own files is ever deleted.
 
@@ -130,15 +130,16 @@ def prepare(out: Path, config: dict, *, resume: bool = False, overwrite: bool = 
     if saved is None:
         raise ValueError(f"--out {out} holds run files but no config.json: --overwrite "
                          "starts over there")
+    if saved != config and resume:
+        raise ValueError(f"--resume: --out {out} holds a run of another config "
+                         f"({_differences(saved, config)}): `--out {out} --resume` alone "
+                         "continues that run; give a new --out for this config")
     if saved != config:
         raise ValueError(f"--out {out} holds a run of another config "
                          f"({_differences(saved, config)}): choose another --out, or "
                          "--overwrite to replace that run")
     steps = checkpoint_steps(out)
-    if resume:
-        if not steps:
-            raise ValueError(f"--resume: {out} holds this run but no checkpoint yet (it "
-                             "stopped before its first save): --overwrite starts it over")
+    if resume:  # no checkpoint yet (stopped before its first save): from update 0
         return RESUME
     where = f"checkpoint at update {steps[-1]}" if steps else "no checkpoint"
     raise ValueError(f"--out {out} already holds this run ({where}): --resume continues it, "
