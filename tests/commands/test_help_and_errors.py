@@ -103,7 +103,7 @@ CASES = [
     ("train", ["--seeds", "many"], None, "--seeds"),
     ("train", ["--config", "{tmp}/x.toml"], None, "not found"),
     ("train", ["--track", "mlflow"], None, "--track must be none"),
-    ("train", ["--dry-run"], None, "--dry-run sizes a grid"),
+    ("train", ["--dry-run", "--hidden", "0"], None, "hidden must be >= 1, got 0"),
     ("train", ["--config", "{toml}"], _with(TRAIN, "base", num_envs="four"),
      "base.num_envs must be an integer, got 'four'"),
     ("train", ["--config", "{toml}"], _with(TRAIN, "base", normalize_advantages=3),

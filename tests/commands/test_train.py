@@ -312,6 +312,8 @@ BAD = [
     (["--config", "{d}/missing.toml"], "not found", True),
     (["--config", "{d}/sweep.toml"], "runs with `vccc sweep`", True),
     (["--config", "{d}/grid.toml", "--resume"], "a grid resumes by itself", True),
+    (["--config", "{d}/grid.toml"], "--lag fixed:1: lag is a grid axis of {d}/grid.toml "
+     "(['fixed:0', 'fixed:1']), which sets it in every cell: use --set grid.lag=V1,V2", True),
     (["--env", "token:V=32,H=8,X=1"], "unknown key 'X' (known: V (num_tokens), H (horizon)", True),
     (["--env", "token:V=32,H=eight"], "H='eight' is not an int", True),
     (["--env", "token:V=32,H=8", "--gamma", "0.99"], "conflicts with gamma=1 of env", True),

@@ -71,9 +71,9 @@ def test_overrides_are_typed_by_the_schema(tmp_path):
     assert exp.base.families[0]["gamma"] == 0.5 and exp.base.history["num_versions"] == 9
     assert exp.path.endswith("with --set")
     train = schema.load("experiments/train_lag_quick.toml", [
-        "base.env=token:V=16,H=8", "grid.critic=vccc,gae", "base.num_envs=8",
+        "grid.env=[\"token:V=16,H=8\"]", "grid.critic=vccc,gae", "base.num_envs=8",
         "base.anneal_lr=false"])
-    assert train.base["env"] == "token:V=16,H=8" and train.base["num_envs"] == 8
+    assert dict(train.grid.axes)["env"] == ("token:V=16,H=8",) and train.base["num_envs"] == 8
     assert train.base["anneal_lr"] is False
     assert dict(train.grid.axes)["critic"] == ("vccc", "gae")
     pipe = schema.load("experiments/pipeline_default.toml", ["grid.num_workers=4,8"])
@@ -96,3 +96,26 @@ def test_overrides_are_typed_by_the_schema(tmp_path):
 def test_bad_overrides_name_the_key(item, match):
     with pytest.raises(ConfigError, match=match):
         schema.load("experiments/tabular_smoke.toml", [item])
+
+
+@pytest.mark.parametrize("item,match", [
+    # issue 45 row 5: a base field that the grid also sets was silently ignored
+    ("base.lag=geometric:8", r"--set base.lag: lag is a grid axis of this config \(grid.lag = "
+     r".*\), which sets it in every cell: use --set grid.lag=geometric:8"),
+    # a spec with commas was split into pieces that are no spec
+    ("grid.env=tabular:family=garnet,S=8", r"the commas split it into \['tabular:family=garnet', "
+     r"'S=8'\].*--set 'grid.env=\[\"tabular:family=garnet,S=8\"\]'"),
+    ("grid.lag=trace:1,2,3", r"'2' is not a value of its own"),
+])
+def test_train_overrides_that_would_be_lost_are_refused(item, match):
+    with pytest.raises(ConfigError, match=match):
+        schema.load("experiments/train_lag_quick.toml", [item])
+
+
+def test_the_list_syntax_keeps_commas_inside_a_spec():
+    exp = schema.load("experiments/train_lag_quick.toml", [
+        'grid.env=["tabular:family=garnet,S=8", "tabular:family=garnet,S=16"]',
+        "grid.lag=fixed:0,geometric:4", "base.num_envs=8"])
+    axes = dict(exp.grid.axes)
+    assert axes["env"] == ("tabular:family=garnet,S=8", "tabular:family=garnet,S=16")
+    assert axes["lag"] == ("fixed:0", "geometric:4")

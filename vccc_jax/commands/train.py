@@ -211,7 +211,9 @@ def build_parser(names: bool = False) -> Parser:
     p.add_argument("--config", help="experiment .toml (kind \"train\": base + grid; kind "
                    "\"critic_free\": the GRPO / PS-PPO grid, as vccc sweep)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override the --config file: base.FIELD=V, grid.FIELD=a,b (repeatable)")
+                   help="override the --config file: base.FIELD=V, grid.FIELD=a,b "
+                   "(repeatable); values with commas as a TOML list: "
+                   "grid.env='[\"tabular:S=8,gamma=0.9\", \"tabular:S=16,gamma=0.9\"]'")
     p.add_argument("--out", help="run directory (default: a new results/train/<env>_..._<config "
                    "hash>_<time>; critic-free: results, the store vccc sweep uses)")
     p.add_argument("--chunk", type=int, default=0,
@@ -347,6 +349,13 @@ def _prepare(argv: list[str]):
         if args.resume or args.overwrite:
             raise ValueError("--resume / --overwrite are for one run; a grid resumes by itself "
                              "(rerun the same command)")
+        axes = dict(exp.grid.axes)
+        shadowed = sorted(set(overrides) & set(axes))
+        if shadowed:  # the grid sets these in every cell: the flag would be ignored
+            k = shadowed[0]
+            raise ValueError(f"--{k.replace('_', '-')} {overrides[k]}: {k} is a grid axis of "
+                             f"{exp.path} ({list(axes[k])}), which sets it in every "
+                             f"cell: use --set grid.{k}=V1,V2 (or edit the file)")
         fields = runs_train.cell_fields(exp, overrides)  # pure Python checks first
         for f in fields:
             runs_train.check_whole_updates(f, exp.path)

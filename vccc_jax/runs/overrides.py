@@ -3,7 +3,11 @@
 
 Keys are dotted paths into the experiment (``base.num_mdps``, ``base.families[0].gamma``,
 ``grid.mean_lags``, ``name``); values are typed by what the schema declares at that path
-(:func:`declared_type`): a string field takes the text as is, a list field ``a,b,c``.
+(:func:`declared_type`): a string field takes the text as is, a list field ``a,b,c``, or a
+TOML list when its values hold commas (``grid.env=["tabular:S=8,gamma=0.9", "token:V=16"]``;
+a comma split that leaves a piece that is no value is refused with that suggestion).
+``base.X`` on a config whose grid has an axis ``X`` is refused (the grid sets X in every
+cell): ``grid.X`` it is.
 """
 
 from __future__ import annotations
@@ -130,4 +134,39 @@ def apply_overrides(table: Mapping, overrides: Sequence[str]) -> dict:
         elif not isinstance(node, dict):
             raise ConfigError(f"--set {key}: its parent is not a table")
         node[last] = _value_of(text.strip(), kind_, item_t)
+        if kind_ is list and item_t is str:
+            _check_split(key, text.strip(), node[last])
+    _check_shadowed(out, overrides)
     return out
+
+
+def _check_split(key: str, text: str, items: list) -> None:
+    """A list of specs split at commas into pieces that are no spec (``tabular:S=8,gamma=0.9``
+    -> ``S=8`` / ``gamma=0.9``; ``trace:1,2`` -> ``2``): ConfigError suggesting the TOML list
+    syntax, in which a spec keeps its commas."""
+    specs = [str(x) for x in items]
+    if not any(":" in x for x in specs):
+        return
+    pieces = [x for x in specs[1:] if ":" not in x and ("=" in x or x.strip().isdigit())]
+    if pieces:
+        raise ConfigError(
+            f"--set {key}={text}: the commas split it into {specs}, and {pieces[0]!r} is not "
+            f"a value of its own; for values with commas write the list in TOML: "
+            f"--set '{key}=[\"{text}\"]' (one value), or --set '{key}=[\"a,b\", \"c,d\"]'")
+
+
+def _check_shadowed(table: Mapping, overrides: Sequence[str]) -> None:
+    """``--set base.X=V`` where the grid has an axis X: every cell would take the grid's
+    values, and V none (silently); ConfigError naming ``grid.X`` instead."""
+    grid = table.get("grid")
+    if not isinstance(grid, Mapping) or table.get("kind") not in ("train", *(
+            k for k, (_, g) in PARTS.items() if g is AxesGrid)):
+        return
+    for item in overrides:
+        key, _, text = item.partition("=")
+        path = key.strip().split(".")
+        if len(path) == 2 and path[0] == "base" and path[1] in grid:
+            raise ConfigError(
+                f"--set {key.strip()}: {path[1]} is a grid axis of this config (grid.{path[1]} "
+                f"= {grid[path[1]]!r}), which sets it in every cell: use --set "
+                f"grid.{path[1]}={text.strip()} (a list: one cell per value)")
