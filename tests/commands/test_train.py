@@ -211,6 +211,36 @@ def test_grid_is_resumable_and_tabulated(tmp_path, monkeypatch, capsys):
     assert "4 cells, 4 already in" in capsys.readouterr().out
 
 
+def test_no_new_grid_cell_starts_after_ctrl_c(tmp_path, monkeypatch, capsys):
+    """Issue 45 row 3: a Ctrl-C during a cell's last update (the cell then ends normally and
+    is stored) stops the grid before the next cell; the command says so and exits 130."""
+    calls, stop = [], [False]
+
+    def fake_run_one(cfg, out, **kw):  # Ctrl-C arrives while this cell runs
+        calls.append(cfg)
+        stop[0] = True
+        return summarize(_fake_rows()), []
+
+    monkeypatch.setattr(run_lib, "run_one", fake_run_one)
+    exp = schema.parse({"name": "g", "kind": "train", "base": {"total_timesteps": 1024},
+                        "grid": {"lag": ["fixed:0", "fixed:1", "fixed:2"]}}, "g")
+    cells = run_lib.cells(exp)
+    with pytest.raises(run_lib.GridStopped, match="stopped after 1 of 3 cells"):
+        run_lib.run_grid("g", cells, tmp_path, stop=lambda: stop[0])
+    assert len(calls) == 1 and len((tmp_path / "g.jsonl").read_text().splitlines()) == 1
+
+    def stopped_grid(name, cells, out, **kw):
+        raise run_lib.GridStopped(1, 3)
+
+    monkeypatch.setattr(run_lib, "run_grid", stopped_grid)
+    p = tmp_path / "g.toml"
+    p.write_text(schema.dumps({"name": "g", "kind": "train", "base": {"total_timesteps": 1024},
+                               "grid": {"lag": ["fixed:0", "fixed:1", "fixed:2"]}}))
+    assert cmd.main(["--config", str(p), "--out", str(tmp_path), "--quiet"]) == 130
+    assert ("vccc train: interrupted after 1 of 3 cells, before the next one started; "
+            "finished cells are in the store") in capsys.readouterr().err
+
+
 def test_set_overrides_a_grid_base_in_dry_run(tmp_path, capsys):
     """Issue 30 break 1: ``--set base.FIELD=V`` with a train grid (it crashed in ``_given``).
     The store holds two cells of the overridden grid and one of the file's own: the dry run

@@ -539,7 +539,7 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
             print(f"[{i + 1}/{n}] {cfg.env} lag={cfg.lag} critic={cfg.critic} "
                   f"actor={cfg.actor} seeds={cfg.num_seeds}", file=sys.stderr, flush=True)
 
-    from vccc_jax.runs.train import Interrupted
+    from vccc_jax.runs.train import GridStopped, Interrupted
 
     resume_line = "finished cells are in the store: rerun the same command to resume"
     try:
@@ -550,9 +550,11 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
                                checkpoint_seconds=args.checkpoint_every[1], stop=stop)
     except KeyboardInterrupt as e:
         msg = (f"interrupted after update {e.update} of {e.total} of a cell (checkpointed)"
-               if isinstance(e, Interrupted) else "interrupted")
+               if isinstance(e, Interrupted) else f"interrupted after {e.done} of {e.total} "
+               "cells, before the next one started" if isinstance(e, GridStopped)
+               else "interrupted")
         msg += "; " + resume_line
-        if not isinstance(e, Interrupted):
+        if not isinstance(e, (Interrupted, GridStopped)):
             _exit_interrupted(msg)
         if is_main():
             print(f"vccc train: {msg}", file=sys.stderr)

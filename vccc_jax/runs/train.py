@@ -60,6 +60,15 @@ class Interrupted(KeyboardInterrupt):
         self.update, self.total = update, total
 
 
+class GridStopped(KeyboardInterrupt):
+    """:func:`run_grid` stopped before its next cell because ``stop()`` asked (Ctrl-C during
+    the cell before, even in its last update): ``done`` of ``total`` cells are stored."""
+
+    def __init__(self, done: int, total: int):
+        super().__init__(f"stopped after {done} of {total} cells")
+        self.done, self.total = done, total
+
+
 def cell_fields(exp: Experiment, overrides: dict | None = None) -> list[dict]:
     """The resolved fields (:func:`resolve_fields`) of every cell of a ``train`` experiment:
     ``base`` updated by ``overrides`` (flags), then every point of ``grid``
@@ -424,6 +433,8 @@ def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = Fa
     directory ``<out>/<name>/<cell id>/`` and a rerun resumes a cell left half done.
     The cells share one ``train.programs.ProgramCache``: cells that differ only in grid
     values (learning rates, clips, the lag law's parameter, seed) compile once.
+    ``stop()`` is asked before each cell too: True raises :class:`GridStopped` (a Ctrl-C
+    during a cell's last update ends the grid there, not after the next cell's compile).
     Returns ``[{"config", "summary"}]`` in cell order."""
     from vccc_jax.train.programs import ProgramCache
 
@@ -438,6 +449,8 @@ def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = Fa
                 if store.has(cid):
                     results.append({"config": cell, "summary": store.row(cid)["metrics"]})
                 continue
+            if stop is not None and agree([bool(stop())])[0]:  # no new cell after Ctrl-C
+                raise GridStopped(len(results), len(cells))
             if on_cell is not None:
                 on_cell(i, len(cells), cfg)
             t0 = time.time()
