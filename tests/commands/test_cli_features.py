@@ -187,6 +187,43 @@ def test_every_store_reader_skips_bad_lines_with_one_warning(tmp_path, capsys, m
     assert {p: p.read_bytes() for p in (store, smoke)} == before  # nothing rewritten
 
 
+def test_a_torn_last_line_is_one_warning_in_every_reader(tmp_path, capsys, monkeypatch):
+    """Issue 45 row 4: a store with a garbage line and a torn last line (a killed writer's
+    prefix) gets the same two warning lines from ``vccc sweep --dry-run``, ``--export csv``,
+    ``vccc figures --store`` and ``vccc figures --results`` (make figures: before the
+    notebooks run in their kernel, whose warnings the console never sees); files unchanged."""
+    from pathlib import Path
+
+    from vccc_jax import plotting
+    from vccc_jax.commands import figures
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    res = tmp_path / "res"
+    store = res / "async_ac_tiny.jsonl"
+    n = _with_bad_lines(data / "results" / "async_ac_tiny.jsonl", store)
+    torn = b'{"id": "abc", "cell": {"la'
+    store.write_bytes(store.read_bytes() + torn)
+    before = store.read_bytes()
+    monkeypatch.setattr(plotting, "make_figures", lambda rows, out: [out])
+    monkeypatch.setattr(figures, "run_notebooks", lambda *a, **k: {"x": {"figures": 1}})
+    base = ["sweep", "--config", str(data / "experiments" / "async_ac_tiny.toml"), "--results",
+            str(res), "--no-figures", "--no-progress"]
+    for argv in (base + ["--dry-run"], base + ["--export", "csv"],
+                 ["figures", "--store", str(store), "--out", str(tmp_path / "figs")],
+                 ["figures", "--results", str(res), "--out", str(tmp_path / "nb")]):
+        capsys.readouterr()
+        assert cli.main(argv) == 0, argv
+        got = capsys.readouterr()
+        warned = [line for line in got.err.splitlines() if "warning" in line]
+        assert warned == [
+            f"vccc {argv[0]}: warning: {store}: skipped 2 lines that are not a result row "
+            "(lines 5, 10); the other rows are read, the file is left as it is",
+            f"vccc {argv[0]}: warning: {store}: ignored a partial last line ({len(torn)} bytes "
+            "without a newline: a write cut short, or one still in progress); the complete "
+            "rows are read, the file is left as it is"], (argv, got.err)
+    assert n > 10 and store.read_bytes() == before
+
+
 def test_figures_says_which_notebooks_drew_no_figure_and_why(tmp_path, capsys, monkeypatch):
     """Issue 30: 4 of 9 notebooks drew nothing and ``make figures`` did not say which or why.
     The kernel is faked: ``clipping`` writes one PNG, ``neural_lag`` prints that it found no
@@ -218,6 +255,8 @@ def test_figures_says_which_notebooks_drew_no_figure_and_why(tmp_path, capsys, m
     monkeypatch.setattr(figures, "load_notebook", lambda path, params: path.stem)
     monkeypatch.setattr(figures, "execute", fake_execute)
     monkeypatch.setattr(figures, "start_kernel", Kernel)
+    out.mkdir()
+    (out / "earlier.png").write_bytes(b"\x89PNG")  # not drawn by this run: not counted
     rc = cli.main(["figures", "--results", str(tmp_path), "--out", str(out), "--only",
                    "clipping", "neural_lag"])
     lines = capsys.readouterr().out.splitlines()
@@ -225,7 +264,7 @@ def test_figures_says_which_notebooks_drew_no_figure_and_why(tmp_path, capsys, m
     assert lines[0].startswith("clipping.py: ran in ") and lines[0].endswith("s, 1 figures")
     assert lines[1].startswith("neural_lag.py: ran in ") and lines[1].endswith(
         "s, drew no figure (stores: none; regime stores: none)")
-    assert lines[2:] == [f"1 figures (PNG + PDF) in {out}",
+    assert lines[2:] == [f"1 figures (PNG + PDF) drawn in {out}",
                          "1 of 2 notebooks drew no figure (results absent: the commands are in "
                          "each notebook's first cell): neural_lag (stores: none; regime stores: "
                          "none)"]

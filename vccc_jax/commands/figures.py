@@ -195,17 +195,20 @@ def main(argv: Optional[list[str]] = None):
         output_dir(args.gallery, "--gallery")
 
     def draw() -> int:
+        from vccc_jax.runs.store import read_every_store
+
+        read_every_store(results)  # a bad store warns here, not only inside a notebook
         report = run_notebooks(results, Path(args.out),
                                Path(args.gallery) if args.gallery else None,
                                [p.stem for p in names], timeout=args.timeout,
                                ipynb=Path(args.ipynb) if args.ipynb else None)
-        written = sorted(Path(args.out).glob("*.png"))
-        print(f"{len(written)} figures (PNG + PDF) in {args.out}", file=sys.stdout)
+        drawn = sum(r["figures"] for r in report.values())
+        print(f"{drawn} figures (PNG + PDF) drawn in {args.out}", file=sys.stdout)
         empty = {name: r["why"] for name, r in report.items() if not r["figures"]}
         if empty:
             print(f"{len(empty)} of {len(report)} notebooks drew no figure (results absent: the "
                   "commands are in each notebook's first cell): " + ", ".join(
                       f"{name} ({why})" for name, why in empty.items()), file=sys.stdout)
-        return 0 if written else 1
+        return 0 if drawn else 1
 
     return draw

@@ -17,7 +17,7 @@ Guarantees (what ``vccc sweep`` relies on to resume after Ctrl-C or SIGKILL):
   leave a *prefix* of the last line (without its trailing newline); :meth:`ResultStore.open`
   truncates such a partial tail of its own file before anything new is appended (with a
   :class:`StoreWarning` naming the file and the bytes dropped: a store is never changed
-  silently), and :func:`read_rows` ignores it. Complete lines are never rewritten.
+  silently), and :func:`read_rows` ignores it (with a :class:`StoreWarning` too). Complete lines are never rewritten.
 * **Bad lines are skipped, not fatal.** A complete line that is not a JSON row (outside
   edits, disk corruption) is skipped by every reader, with one :class:`StoreWarning` per
   file naming its line numbers; the file is left as it is.
@@ -237,10 +237,20 @@ def bad_lines_message(f: Path, bad: list[int]) -> str:
             "the other rows are read, the file is left as it is")
 
 
+def torn_tail_message(f: Path, size: int) -> str:
+    """One line naming the file and the partial last line a reader ignored."""
+    return (f"{f}: ignored a partial last line ({size} bytes without a newline: a write cut "
+            "short, or one still in progress); the complete rows are read, the file is left "
+            "as it is")
+
+
 def _read_file(f: Path) -> list[dict]:
-    rows, _, bad = _valid_prefix(f.read_bytes())
+    data = f.read_bytes()
+    rows, end, bad = _valid_prefix(data)
     if bad:
         warnings.warn(bad_lines_message(f, bad), StoreWarning, stacklevel=2)
+    if end != len(data):
+        warnings.warn(torn_tail_message(f, len(data) - end), StoreWarning, stacklevel=2)
     return rows
 
 
@@ -261,6 +271,18 @@ def read_rows(path: str | os.PathLike) -> list[dict]:
     """All complete rows of a store (the union of its files, first occurrence of each id),
     in file order."""
     return list(rows_by_id(path).values())
+
+
+def read_every_store(root: str | os.PathLike) -> int:
+    """Read every store in the directory tree ``root`` (run checkpoints skipped) and return
+    how many rows they hold: their :class:`StoreWarning` s then show in the caller's process
+    (``vccc figures``, whose notebooks read the stores again inside a kernel)."""
+    total = 0
+    for d, subdirs, _ in os.walk(root):
+        subdirs[:] = sorted(s for s in subdirs if s != "checkpoint"
+                            and not shard_files(Path(d) / s))
+        total += sum(len(read_rows(s)) for s in find_stores(d))
+    return total
 
 
 def table_rows(rows: Iterable[dict]) -> list[dict]:
