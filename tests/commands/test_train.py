@@ -241,6 +241,30 @@ def test_no_new_grid_cell_starts_after_ctrl_c(tmp_path, monkeypatch, capsys):
             "finished cells are in the store") in capsys.readouterr().err
 
 
+def test_a_grid_is_tracked_one_run_per_cell(tmp_path, monkeypatch, capsys):
+    """Issue 45 row 2: ``vccc train --config <grid> --track ...`` was refused (and ``vccc
+    sweep`` refuses train grids): each computed cell is now its own tracked run."""
+    tracks = []
+
+    def fake_run_one(cfg, out, **kw):
+        tracks.append((Path(out).name, kw["track"]))
+        return summarize(_fake_rows()), []
+
+    monkeypatch.setattr(run_lib, "run_one", fake_run_one)
+    p = tmp_path / "g.toml"
+    p.write_text(schema.dumps({"name": "g", "kind": "train", "base": {"total_timesteps": 1024},
+                               "grid": {"lag": ["fixed:0", "fixed:1"]}}))
+    for track, want in (("tensorboard", lambda cid: "tensorboard"),
+                        (f"tensorboard:{tmp_path}/tb",
+                         lambda cid: f"tensorboard:{tmp_path}/tb/g/{cid}")):
+        tracks.clear()
+        rc = cmd.main(["--config", str(p), "--out", str(tmp_path / track[-2:]), "--quiet",
+                       "--no-figure", "--track", track])
+        assert rc == 0, capsys.readouterr().err
+        ids = [c for c, _ in tracks]
+        assert len(set(ids)) == 2 and [t for _, t in tracks] == [want(c) for c in ids]
+
+
 def test_set_overrides_a_grid_base_in_dry_run(tmp_path, capsys):
     """Issue 30 break 1: ``--set base.FIELD=V`` with a train grid (it crashed in ``_given``).
     The store holds two cells of the overridden grid and one of the file's own: the dry run

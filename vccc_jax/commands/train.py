@@ -240,10 +240,12 @@ def build_parser(names: bool = False) -> Parser:
                    help="check everything and compute nothing: a --config grid prints its "
                    "size, the cells already stored and an ETA; one run what it would do")
     p.add_argument("--track", default="none", metavar="SPEC",
-                   help="experiment tracking of one run: the mean over seeds of every "
-                   "metric per update, stepped by env steps. none (default), tensorboard "
-                   "(event files in <out>/tensorboard), tensorboard:DIR, or wandb[:PROJECT] "
-                   "(a W&B run in <out>/wandb, offline unless WANDB_MODE is set); pip install "
+                   help="experiment tracking, one tracked run per run (a grid: per cell): the "
+                   "mean over seeds of every metric per update, stepped by env steps. none "
+                   "(default), tensorboard (event files in <run>/tensorboard; a grid's cells "
+                   "in <out>/<name>/<cell id>/tensorboard: tensorboard --logdir <out>/<name>), "
+                   "tensorboard:DIR (a grid: DIR/<name>/<cell id>), or wandb[:PROJECT] (a W&B "
+                   "run in <run>/wandb, offline unless WANDB_MODE is set); pip install "
                    "'vccc_jax[tracking]'")
     add_critic_free_flags(p)
     add_shard_flags(p)
@@ -343,9 +345,6 @@ def _prepare(argv: list[str]):
     overrides = _overrides(args)
     command = ["vccc", "train", *argv]
     if exp is not None and exp.grid.axes:
-        if args.track != "none":
-            raise ValueError("--track follows one run; a grid's cells go to a tracker with "
-                             "`vccc sweep --track` (one HParams row per cell)")
         if args.resume or args.overwrite:
             raise ValueError("--resume / --overwrite are for one run; a grid resumes by itself "
                              "(rerun the same command)")
@@ -547,7 +546,8 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
             results = run_grid(name, cells, out, quiet=args.quiet or not is_main(),
                                on_cell=on_cell, mesh=args.mesh_obj, fsdp=args.fsdp,
                                checkpoint_every=args.checkpoint_every[0],
-                               checkpoint_seconds=args.checkpoint_every[1], stop=stop)
+                               checkpoint_seconds=args.checkpoint_every[1], stop=stop,
+                               track=args.track)
     except KeyboardInterrupt as e:
         msg = (f"interrupted after update {e.update} of {e.total} of a cell (checkpointed)"
                if isinstance(e, Interrupted) else f"interrupted after {e.done} of {e.total} "

@@ -426,13 +426,14 @@ def _train_loop(cfg, out, st, mngr, *, total, chunk, checkpoint_every, checkpoin
 def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = False,
              on_cell=None, mesh=None, fsdp: bool = False, checkpoint_every: int = 0,
              checkpoint_seconds: float = 0.0,
-             stop: Optional[Callable[[], bool]] = None) -> list[dict]:
+             stop: Optional[Callable[[], bool]] = None, track: str = "none") -> list[dict]:
     """Run every cell (see :func:`cells`) into the resumable store ``<out>/<name>.jsonl``
     (written by process 0; :mod:`runs.distributed`); ``on_cell(i, n, cfg)`` is called
     before a cell is computed. A cell checkpoints as :func:`run_one` does into its own
     directory ``<out>/<name>/<cell id>/`` and a rerun resumes a cell left half done.
     The cells share one ``train.programs.ProgramCache``: cells that differ only in grid
     values (learning rates, clips, the lag law's parameter, seed) compile once.
+    ``track``: each computed cell is one tracked run (:func:`cell_track`).
     ``stop()`` is asked before each cell too: True raises :class:`GridStopped` (a Ctrl-C
     during a cell's last update ends the grid there, not after the next cell's compile).
     Returns ``[{"config", "summary"}]`` in cell order."""
@@ -459,11 +460,21 @@ def run_grid(name: str, cells: list[TrainConfig], out: Path, *, quiet: bool = Fa
             summary, _ = run_one(cfg, out / name / cid, quiet=quiet, mesh=mesh, fsdp=fsdp,
                                  resume=True, checkpoint_every=checkpoint_every,
                                  checkpoint_seconds=checkpoint_seconds, stop=stop,
-                                 programs=programs)
+                                 programs=programs, track=cell_track(track, name, cid))
             store.append({"id": cid, "cell": cell, "metrics": summary,
                           "meta": {"seconds": time.time() - t0, **provenance()}})
             results.append({"config": cell, "summary": summary})
     return results
+
+
+def cell_track(track: str, name: str, cid: str) -> str:
+    """The ``--track`` spec of one grid cell: its own run, in its cell directory
+    (``<out>/<name>/<cid>/tensorboard`` or ``.../wandb``), or under ``DIR/<name>/<cid>`` for
+    ``tensorboard:DIR`` (so ``tensorboard --logdir`` shows one run per cell)."""
+    backend, arg = parse_spec(track)
+    if backend == "tensorboard" and arg:
+        return f"tensorboard:{Path(arg) / name / cid}"
+    return track
 
 
 def whole_run_results(name: str, cells: list[TrainConfig], out: Path) -> list[dict]:
