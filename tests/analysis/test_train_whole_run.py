@@ -88,7 +88,8 @@ def test_summary_stats_and_table():
     t = format_whole_run_table(res, cols=["exact_err_pi_auc", "clip_at_max_lag", "missing"])
     lines = t.splitlines()
     assert lines[0] == "| env | lag | sampler | critic | n | exact_err_pi_auc | clip_at_max_lag | missing |"
-    assert lines[2].startswith("| tabular:S=4 | fixed:1 | - | truncated c=2 | 2 | 1.75 ± 9.5 |")
+    # 2 seeds: their range, not the t half-width 9.5 (issue 45 row 8)
+    assert lines[2].startswith("| tabular:S=4 | fixed:1 | - | truncated c=2 | 2 | 1.75 [1, 2.5] |")
     assert lines[2].endswith("| - |")
     ti = format_whole_run_table(res, cols=["exact_err_pi_auc"], stat="iqm")
     assert "1.75 [" in ti

@@ -95,6 +95,11 @@ def test_single_run_writes_tidy_table_config_and_figure(tmp_path, capsys, monkey
     assert len(summary["final_return"]["per_seed"]) == 2
     printed = capsys.readouterr().out
     assert "final_return" in printed and "gt_mse" in printed
+    # issue 45 row 8: each number names its window; 2 seeds are shown, not a "95% interval"
+    assert "; behaviour return, mean over the last 1 of 4 updates" in printed
+    assert ("; mean over the 2 evaluations in the second half of the run (updates 2-3 of 0-3)"
+            in printed) and "(n = 2 seeds: " in printed and "95% percentile" not in printed
+    assert summary["gt_mse"]["window"].startswith("mean over the 2 evaluations")
     # orbax checkpoints at updates 2 and 4; the meta carries config, update and metric rows
     assert sorted(p.name for p in (out / "checkpoint").iterdir()) == ["2", "4"]
     cfg = TrainConfig.from_dict(saved["config"])
@@ -203,7 +208,9 @@ def test_grid_is_resumable_and_tabulated(tmp_path, monkeypatch, capsys):
     assert [(c.lag, c.critic) for c in calls] == [("fixed:0", "gae"), ("fixed:0", "vccc"),
                                                   ("fixed:2", "gae"), ("fixed:2", "vccc")]
     table = capsys.readouterr().out
-    assert table.count("| CartPole-v1 |") == 4 and "± " in table
+    cells = [line for line in table.splitlines() if line.startswith("| CartPole-v1 |")]
+    assert len(cells) == 4 and all("± " not in c and " [" in c for c in cells)  # 3 seeds
+    assert "fewer: mean [smallest, largest seed]). Eval return: the last 3 evaluations" in table
     assert (tmp_path / "g.png").stat().st_size > 1000
     assert cmd.main(argv + ["--no-figure"]) == 0  # every cell is in the store
     assert len(calls) == 4

@@ -103,21 +103,41 @@ def bootstrap_band(y, axis: int = -1, level: float = CI_LEVEL, num_boot: int = N
     return mean, lo, hi
 
 
+# Fewer seeds than this get their range (smallest and largest seed), not a 95% interval:
+# the percentile bootstrap of 2 seeds is their min and max, not 95% of anything.
+MIN_INTERVAL_SEEDS = 5
+
+
 def interval_method(n: int) -> str:
     """How the interval over ``n`` seeds is computed, as every output states it (console,
     ``summary.json``, ``curves.png``): the one rule of :func:`seed_interval`."""
     if n < 2:
         return f"n = {n}: no interval"
+    if n < MIN_INTERVAL_SEEDS:
+        return f"range of the n = {n} seeds (fewer than {MIN_INTERVAL_SEEDS}: no 95% interval)"
     return f"95% percentile bootstrap of the mean over n = {n} seeds"
+
+
+def seed_band(y, axis: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, lo, hi) over seeds along ``axis`` by the rule of :func:`interval_method`: the
+    95% :func:`bootstrap_band` with at least ``MIN_INTERVAL_SEEDS`` seeds, else the seeds'
+    smallest and largest value (one seed: the value)."""
+    y = np.moveaxis(np.asarray(y, np.float64), axis, -1)
+    if y.shape[-1] >= MIN_INTERVAL_SEEDS:
+        return bootstrap_band(y, axis=-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices give NaN
+        return np.nanmean(y, axis=-1), np.nanmin(y, axis=-1), np.nanmax(y, axis=-1)
 
 
 def seed_interval(x, level: float = CI_LEVEL) -> dict:
     """The interval of a per-seed sample used by every output of a run: ``mean``, ``lo``,
     ``hi``, ``n`` (finite seeds) and ``interval`` (:func:`interval_method`).
 
-    n >= 2: the percentile bootstrap of :func:`bootstrap_band` (the band ``curves.png``
-    draws: same resamples), which stays inside the seeds' range and so inside the metric's
-    (a 2-seed t interval of a CartPole return is wider than [0, 500]); n = 1: lo = hi = NaN,
+    n >= MIN_INTERVAL_SEEDS: the percentile bootstrap of :func:`bootstrap_band` (the band
+    ``curves.png`` draws: same resamples), which stays inside the seeds' range and so inside
+    the metric's (a 2-seed t interval of a CartPole return is wider than [0, 500]); 2 to 4
+    seeds: their smallest and largest value (no 95% claim); n = 1: lo = hi = NaN,
     no interval; n = 0: everything NaN."""
     x = np.asarray(x, np.float64).ravel()
     f = x[np.isfinite(x)]
@@ -126,7 +146,8 @@ def seed_interval(x, level: float = CI_LEVEL) -> dict:
         return {"mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "n": 0, "interval": interval_method(0)}
     if n == 1:
         return {"mean": float(f[0]), "lo": float("nan"), "hi": float("nan"), "n": 1, "interval": interval_method(1)}
-    mean, lo, hi = bootstrap_band(f, level=level)
+    mean, lo, hi = (bootstrap_band(f, level=level) if n >= MIN_INTERVAL_SEEDS
+                    else (f.mean(), f.min(), f.max()))
     return {"mean": float(mean), "lo": float(lo), "hi": float(hi), "n": n, "interval": interval_method(n)}
 
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from vccc_jax.analysis.seeds import seed_interval, stratified_bootstrap_ci
+from vccc_jax.analysis.seeds import MIN_INTERVAL_SEEDS, seed_interval, stratified_bootstrap_ci
 from vccc_jax.analysis.stats import mean_ci
 
 
@@ -28,7 +28,8 @@ def metric_column(rows: list[dict], key: str) -> np.ndarray:
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Per-seed summaries of a run and their mean / 95% CI across seeds.
+    """Per-seed summaries of a run and their mean and interval across seeds, each with the
+    ``window`` it averages over in words (the console prints it next to the number).
 
     final_return: mean behaviour-episode return over the last 10% of updates.
     final_eval_return: the current policy's return, mean of the last 3 evaluations.
@@ -67,30 +68,55 @@ def summarize(rows: list[dict]) -> dict:
         keep = late[:, None] & np.isfinite(err)
         if np.any(keep):
             per_seed["exact_err_pi"] = np.nanmean(np.where(keep, err, np.nan), axis=0)
+    windows = _windows(num_updates, tail, gt_rows, late, mse, err)
     summary = {}
     for k, v in per_seed.items():
         mean, half = mean_ci(v[None], axis=-1) if v.ndim == 0 else mean_ci(v)
-        summary[k] = {**seed_interval(v), "mean": float(mean), "ci95": float(half), "per_seed": v.tolist()}
+        summary[k] = {**seed_interval(v), "mean": float(mean), "ci95": float(half),
+                      "per_seed": v.tolist(), "window": windows[k]}
     return summary
 
 
+def _windows(num_updates: int, tail: int, gt_rows, late, mse, err) -> dict[str, str]:
+    """What each :func:`summarize` number averages over, in words (the console and
+    summary.json state it next to the number: a curve's last point is another number)."""
+    def evals(x) -> str:
+        at = np.where(late & np.any(np.isfinite(x), axis=1))[0]
+        return (f"mean over the {at.size} evaluations in the second half of the run (updates "
+                f"{num_updates // 2}-{num_updates - 1} of 0-{num_updates - 1})")
+
+    every = f"mean over all {num_updates} updates"
+    last = gt_rows[-3:]
+    return {"final_return": f"behaviour return, mean over the last {tail} of {num_updates} "
+                            "updates",
+            "mean_return": every, "lag_mean": every, "ess": every, "clip_frac": every,
+            "kl_pi_mu": every,
+            "final_eval_return": f"mean of the last {len(last)} evaluations (updates "
+                                 f"{', '.join(map(str, last))})",
+            "gt_mse": evals(mse), "gt_rel_err": evals(mse), "exact_err_pi": evals(err)}
+
+
 def format_interval(s: dict, digits: int = 4) -> str:
-    """The console's text of a :func:`summarize` entry: ``mean [lo, hi] (method)``, or
+    """The console's text of a :func:`summarize` entry: ``mean [lo, hi] (method)`` with at
+    least ``MIN_INTERVAL_SEEDS`` seeds, ``mean (n = 2 seeds: a, b; ...)`` with fewer, or
     ``mean (n = 1: no interval)`` (the method: :func:`analysis.seeds.interval_method`)."""
     if s["n"] < 2:
         return f"{s['mean']:.{digits}g} ({s['interval']})"
+    if s["n"] < MIN_INTERVAL_SEEDS and "per_seed" in s:
+        values = ", ".join(f"{x:.{digits}g}" for x in s["per_seed"] if math.isfinite(x))
+        return (f"{s['mean']:.{digits}g} (n = {s['n']} seeds: {values}; fewer than "
+                f"{MIN_INTERVAL_SEEDS}: no 95% interval)")
     return f"{s['mean']:.{digits}g} [{s['lo']:.{digits}g}, {s['hi']:.{digits}g}] ({s['interval']})"
 
 
 def format_grid_table(results: list[dict]) -> str:
-    """Markdown table: env, lag, critic, mean lag, returns and critic error with 95% CIs."""
+    """Markdown table: env, lag, critic, mean lag, returns and critic error: mean ± 95% t
+    half-width over seeds, or with fewer than ``MIN_INTERVAL_SEEDS`` seeds mean [min, max]
+    of the seeds (:func:`_spread`; :data:`GRID_TABLE_NOTE` says so, and the windows)."""
     def fmt(s, key, digits=1):
-        if key not in s:
+        if key not in s or not math.isfinite(s[key]["mean"]):
             return "-"
-        m, h = s[key]["mean"], s[key]["ci95"]
-        if not math.isfinite(m):
-            return "-"
-        return f"{m:.{digits}f} ± {h:.{digits}f}"
+        return _spread(s[key], digits, "f")
 
     lines = ["| env | lag | critic | mean lag | eval return | behaviour return | "
              "critic rel. err | critic MSE | ESS |",
@@ -116,6 +142,25 @@ MEAN_KEYS = ("ess", "kl_pi_mu", "clip_frac", "lag_mean",
              "route_grad_rel_bias", "route_grad_cos", "route_grad_rel_var", "exact_grad_rel_var",
              "route_ppo_clip_frac", "exact_ppo_clip_frac", "route_w_clip_frac",
              "exact_w_clip_frac")
+
+
+GRID_TABLE_NOTE = (
+    f"mean ± 95% t half-width over seeds (n >= {MIN_INTERVAL_SEEDS}; fewer: mean [smallest, "
+    "largest seed]). Eval return: the last 3 evaluations; behaviour return: the last 10% of "
+    "updates; critic errors: the evaluations in the second half of the run; mean lag, ESS: "
+    "all updates")
+
+
+def _spread(s: dict, digits: int, kind: str = "g") -> str:
+    """``mean ± t half-width`` of a per-seed summary with n >= MIN_INTERVAL_SEEDS, else
+    ``mean [min, max]`` of its finite seeds (one seed: the mean alone)."""
+    m = f"{s['mean']:.{digits}{kind}}"
+    if s.get("n", 0) >= MIN_INTERVAL_SEEDS and math.isfinite(s.get("ci95", math.nan)):
+        return f"{m} ± {s['ci95']:.{digits if kind == 'f' else 2}{kind}}"
+    seeds = [x for x in s.get("per_seed", []) if math.isfinite(x)]
+    if len(seeds) < 2:
+        return m
+    return f"{m} [{min(seeds):.{digits}{kind}}, {max(seeds):.{digits}{kind}}]"
 
 
 def gt_curve(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -263,7 +308,8 @@ def format_whole_run_table(results: list[dict], cols=None, stat: str = "mean",
 
     ``results``: ``[{"config": TrainConfig dict, "summary": whole_run_summary(rows)}]``;
     ``cols``: summary names (default: every name of the first cell except ``lag_mean`` /
-    ``max_lag``); ``stat``: "mean" (mean ± 95% t half-width) or "iqm" (IQM [bootstrap lo, hi])."""
+    ``max_lag``); ``stat``: "mean" (mean ± 95% t half-width; fewer than MIN_INTERVAL_SEEDS
+    seeds: mean [min, max] of the seeds, :func:`_spread`) or "iqm" (IQM [bootstrap lo, hi])."""
     if stat not in ("mean", "iqm"):
         raise ValueError(f"stat must be 'mean' or 'iqm', got {stat!r}")
     if not results:
@@ -274,8 +320,7 @@ def format_whole_run_table(results: list[dict], cols=None, stat: str = "mean",
         if s is None or not math.isfinite(s["mean"]):
             return "-"
         if stat == "mean":
-            h = s["ci95"]
-            return f"{s['mean']:.{digits}g} ± {h:.2g}" if math.isfinite(h) else f"{s['mean']:.{digits}g}"
+            return _spread(s, digits)
         return f"{s['iqm']:.{digits}g} [{s['iqm_lo']:.{digits}g}, {s['iqm_hi']:.{digits}g}]"
 
     head = ["env", "lag", "sampler", "critic", "n"] + cols

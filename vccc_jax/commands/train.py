@@ -523,13 +523,14 @@ def _single(cfg, out: Path, args, resume: bool, command: list) -> int:
 
     for k in SUMMARY_KEYS:
         if k in summary:
-            print(f"{k:>18}: {format_interval(summary[k])}")
+            print(f"{k:>18}: {format_interval(summary[k])}; {summary[k]['window']}")
     print(f"results: {out}")
     return 0
 
 
 def _grid(name: str, cells: list, out: Path, args) -> int:
-    from vccc_jax.analysis.train import format_grid_table, format_whole_run_table
+    from vccc_jax.analysis.seeds import MIN_INTERVAL_SEEDS
+    from vccc_jax.analysis.train import GRID_TABLE_NOTE, format_grid_table, format_whole_run_table
     from vccc_jax.runs.distributed import is_main
     from vccc_jax.runs.train import run_grid, whole_run_results
 
@@ -562,8 +563,10 @@ def _grid(name: str, cells: list, out: Path, args) -> int:
     if not is_main():
         return 0
     print(format_grid_table(results))
+    print(GRID_TABLE_NOTE)
     print("\nWhole run (AUC = mean over every ground-truth update; @25/@50/@100 = value at "
-          "that share of the run; mean ± 95% t half-width over seeds):")
+          f"that share of the run; mean ± 95% t half-width over seeds, or with fewer than "
+          f"{MIN_INTERVAL_SEEDS} seeds mean [smallest, largest seed]):")
     print(format_whole_run_table(whole_run_results(name, cells, out)))
     if not args.no_figure:
         from vccc_jax import plotting

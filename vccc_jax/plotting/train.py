@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import numpy as np
 
-from vccc_jax.analysis.seeds import bootstrap_band, interval_method
+from vccc_jax.analysis.seeds import MIN_INTERVAL_SEEDS, interval_method, seed_band
 from vccc_jax.analysis.train import gt_curve, metric_column
 from vccc_jax.plotting.style import (
     ALIASES,
@@ -70,10 +70,12 @@ def plot_learning_curves(rows: list[dict], path: Path, title: str = "") -> Path:
         have = np.any(np.isfinite(y), axis=1)
         y, x = y[have], steps[have]
         marker = "o" if have.sum() < 40 else None
-        mean, lo, hi = bootstrap_band(y, axis=1)
+        mean, lo, hi = seed_band(y, axis=1)
         if n_seeds >= 2:
             lo, hi = np.clip(lo, lo_ok, hi_ok), np.clip(hi, lo_ok, hi_ok)
-            ax.fill_between(x, lo, hi, color=color, alpha=0.25, lw=0, label="95% bootstrap CI")
+            ax.fill_between(x, lo, hi, color=color, alpha=0.25, lw=0,
+                            label="95% bootstrap CI" if n_seeds >= MIN_INTERVAL_SEEDS
+                            else "range of the seeds")
         if 1 < n_seeds < FEW_SEEDS:
             for j in range(y.shape[1]):
                 ax.plot(x, y[:, j], color=color, lw=0.6, alpha=0.45,
@@ -164,12 +166,13 @@ def _panels(rows_by_label: dict) -> dict:
 
 
 def _band(ax, rows, key, color, **kw):
-    """Mean over seeds and its 95% percentile-bootstrap band at the ground-truth updates
-    (never below the smallest seed, so never below 0 on a log axis); returns n seeds."""
+    """Mean over seeds and its band at the ground-truth updates (:func:`seed_band`: 95%
+    percentile bootstrap, or the seeds' range with fewer than MIN_INTERVAL_SEEDS; never
+    below the smallest seed, so never below 0 on a log axis); returns n seeds."""
     upd, g = gt_curve(rows, key)
     if g.size == 0:
         return 0
-    mean, lo, hi = bootstrap_band(g, axis=1)
+    mean, lo, hi = seed_band(g, axis=1)
     ax.plot(upd, np.maximum(mean, FLOOR), color=color, **kw)
     ax._vccc_means = getattr(ax, "_vccc_means", []) + [m for m in mean if np.isfinite(m) and m > 0]
     ax.fill_between(upd, np.maximum(lo, FLOOR), np.maximum(hi, FLOOR), color=color,

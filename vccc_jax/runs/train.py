@@ -5,8 +5,8 @@
     metrics.csv   tidy table, one row per (update, seed): env_steps, return, lag_mean, ESS,
                   clip rates (overall and clip_frac_lag<j>), log-ratio quantiles, KL(pi||mu),
                   losses, and at ground-truth updates the critic error vs MC V^{pi_k}
-    summary.json  per-seed summaries with 95% confidence intervals across seeds
-                  (``analysis.train.summarize``)
+    summary.json  per-seed summaries, each with its window and interval across seeds
+                  (``analysis.train.summarize``: 95% with >= 5 seeds, else the seeds' range)
     config.json   the frozen TrainConfig + provenance (command line, git revision, package
                   versions, host, devices; a resumed run adds one per resume in "resumed")
     checkpoint/   orbax CheckpointManager: ``<update>/state`` (the sharded TrainState) and
