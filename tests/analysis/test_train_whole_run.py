@@ -125,3 +125,59 @@ def test_error_curves_renders(tmp_path):
     assert len(fig.axes[0].get_lines()) == 2
     with pytest.raises(ValueError):
         error_curves({"vccc": _rows()}, gap="bad")
+
+
+def _fits(fig) -> bool:
+    """The suptitle lies inside the figure (nothing clipped at its edges)."""
+    fig.canvas.draw()
+    box = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+    return box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height
+
+
+def test_grid_figures_state_n_and_statistic_and_promise_only_what_they_draw(tmp_path):
+    """Issue 45 row 9: the error-curve figure of Monte Carlo runs (no exact gap) promised
+    "dashed: exact gap" and drew none; panels sharing a y axis took the last panel's range
+    (a panel's lines could lie outside it); the lag-sweep figure had error bars without n or
+    statistic and a clipped suptitle."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vccc_jax.analysis.train import summarize
+    from vccc_jax.plotting.train import error_curves, plot_lag_sweep
+
+    mc = [{k: v for k, v in r.items() if k != "exact_gap"} for r in _rows()]
+    far = [dict(r, exact_err_pi=r["exact_err_pi"] * 1e3) for r in mc]
+    fig = error_curves({("fixed:0", "vccc"): mc, ("fixed:8", "vccc"): far}, "exact_err_pi",
+                       title="a grid with a rather long name: exact_err_pi over the whole run")
+    title = fig._suptitle.get_text()
+    assert "dashed" not in title and "n = 2 seeds" in title and "smallest to largest seed" in title
+    for ax in fig.axes[:2]:  # each panel's mean line inside the shared range
+        lo, hi = ax.get_ylim()
+        y = ax.get_lines()[0].get_ydata()
+        assert lo <= np.nanmin(y) and np.nanmax(y) <= hi
+    assert _fits(fig)
+    plt.close(fig)
+    assert "dashed: exact gap" in error_curves({"vccc": _rows()}, "exact_err_pi")._suptitle.get_text()
+    plt.close("all")
+
+    cells = [{"config": {"env": env, "lag": f"fixed:{lag}", "critic": c},
+              "summary": summarize(_rows())}
+             for env in ("CartPole-v1", "Acrobot-v1") for lag in (0, 8) for c in ("gae", "vccc")]
+    closed = []
+    orig = plt.close
+    try:
+        plt.close = lambda fig=None: closed.append(fig)
+        plot_lag_sweep(cells, tmp_path / "g.png", "train_lag_quick")
+    finally:
+        plt.close = orig
+    fig = closed[-1]
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert ("n = 2 seeds per point; mean; bars: smallest to largest seed. Current-policy return: "
+            "the last 3 evaluations; behaviour return: the last 10% of updates") in title
+    assert _fits(fig)
+    # 2 seeds (final returns 7 and 8): each bar runs from the smaller seed to the larger
+    assert cells[0]["summary"]["final_return"]["per_seed"] == [7.0, 8.0]
+    bars = fig.axes[0].containers[0].lines[2][0].get_segments()
+    assert all(np.allclose(seg[:, 1], [7.0, 8.0]) for seg in bars)
+    plt.close(fig)

@@ -248,3 +248,14 @@ def test_per_update_actor_weights_follow_episodes():
     for name, ref in (("seq_tis", ref_tis), ("topr", ref_topr), ("areal", ref_areal)):
         np.testing.assert_allclose(got[name], np.where(mask, ref, 0.0), rtol=1e-12, err_msg=name)
     assert len(set(np.round(ref_tis[mask], 12))) > 3  # several sequences, different ratios
+
+
+def test_ground_truth_is_evaluated_at_the_last_update_too():
+    """Issue 45 row 9: every ``gt_every`` updates AND at the last one, so a curve's last point
+    is the run's end (3 updates, gt_every = 2: updates 1 and 2; before, only update 1)."""
+    tr = Trainer(TrainConfig(env=TAB, gamma=0.9, lag="fixed:1", gt_every=2,
+                             total_timesteps=32 * 3, **SMALL))
+    _, metrics = tr.train(tr.init())
+    err = np.asarray(jax.device_get(metrics["exact_err_pi"]))  # [updates, seeds]
+    assert err.shape[0] == 3
+    assert np.isnan(err[0]).all() and np.isfinite(err[1:]).all()

@@ -109,5 +109,8 @@ def error_curves(name: str, out: Path):
         return None
     fig = error_curves(by, key, title=f"{name}: {key} over the whole run")
     path = out / f"{name}_error_curves.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
     return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -110,10 +111,30 @@ def _nominal_lag(cell: dict) -> float:
     return float(cell["summary"]["lag_mean"]["mean"])
 
 
+def _error_bar(s: dict) -> tuple[float, float]:
+    """(below, above) the mean of a ``summarize`` entry: the 95% t half-width with at least
+    MIN_INTERVAL_SEEDS seeds, else down to the smallest and up to the largest seed."""
+    if s.get("n", 0) >= MIN_INTERVAL_SEEDS:
+        return s["ci95"], s["ci95"]
+    seeds = [x for x in s.get("per_seed", []) if np.isfinite(x)]
+    if len(seeds) < 2:
+        return 0.0, 0.0
+    return s["mean"] - min(seeds), max(seeds) - s["mean"]
+
+
+def _wrapped(fig, *lines: str, fontsize: float = 9.0) -> str:
+    """A suptitle whose lines fit ``fig``'s width at ``fontsize`` points (a long line is
+    clipped at the figure's edges): about 120 / fontsize characters per inch."""
+    width = int(fig.get_figwidth() * 120 / fontsize)
+    return "\n".join(w for line in lines if line for w in textwrap.wrap(line, width))
+
+
 @styled
 def plot_lag_sweep(cells: list[dict], path: Path, title: str = "") -> Path:
-    """Return and critic error vs lag (mean and 95% t interval over seeds), one line per
-    critic, one column per env; log2(1 + lag) axis with ticks at the lags run.
+    """Return and critic error vs lag (mean over seeds and error bars: the 95% t interval
+    with >= MIN_INTERVAL_SEEDS seeds, else the seeds' range), one line per critic, one column
+    per env; log2(1 + lag) axis with ticks at the lags run; the title states n, the
+    statistic, the bars and each number's window.
 
     ``cells``: [{"config": TrainConfig dict, "summary": summarize(...)}].
     """
@@ -124,23 +145,26 @@ def plot_lag_sweep(cells: list[dict], path: Path, title: str = "") -> Path:
                ("gt_rel_err", "critic |V - V^pi| / |V^pi|")]
     metrics = [m for m in metrics if any(m[0] in c["summary"] for c in cells)]
     fig, axes = plt.subplots(len(metrics), len(envs), figsize=(4.5 * len(envs), 3.0 * len(metrics)),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
+    ns = set()
     for j, env in enumerate(envs):
         for i, (key, label) in enumerate(metrics):
             ax = axes[i, j]
             for critic in critics:
                 pts = sorted(
-                    (_nominal_lag(c), c["summary"][key]["mean"], c["summary"][key]["ci95"])
+                    (_nominal_lag(c), c["summary"][key]["mean"], *_error_bar(c["summary"][key]))
                     for c in cells
                     if c["config"]["env"] == env and c["config"]["critic"] == critic
                     and key in c["summary"]
                 )
+                ns |= {c["summary"][key].get("n", 0) for c in cells if key in c["summary"]}
                 if not pts:
                     continue
-                x, y, e = map(np.asarray, zip(*pts))
+                x, y, below, above = map(np.asarray, zip(*pts))
                 st = method_style(critic)
-                ax.errorbar(dodge(x, critics.index(critic), len(critics), 0.06), y, yerr=e,
-                            marker=st.marker, color=st.color, ms=4, capsize=3, label=st.label)
+                ax.errorbar(dodge(x, critics.index(critic), len(critics), 0.06), y,
+                            yerr=np.stack([below, above]), marker=st.marker, color=st.color,
+                            ms=4, capsize=3, label=st.label)
             lag_axis(ax, sorted({_nominal_lag(c) for c in cells}))
             ax.set_xlabel("policy lag (updates)")
             ax.set_title(f"{env}: {label}", fontsize=9)
@@ -149,8 +173,13 @@ def plot_lag_sweep(cells: list[dict], path: Path, title: str = "") -> Path:
                 ax.set_yscale("log")
             ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    n = min(ns) if ns else 0
+    bars = ("95% t interval of the mean" if n >= MIN_INTERVAL_SEEDS
+            else "smallest to largest seed")
+    fig.suptitle(_wrapped(fig, title, f"{stats_note(n, 'seeds per point', 'mean; bars: ' + bars)}"
+                          ". Current-policy return: the last 3 evaluations; behaviour return: "
+                          "the last 10% of updates; critic error: the evaluations in the "
+                          "second half of the run", fontsize=10), fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -200,7 +229,7 @@ def error_curves(rows_by_label: dict, key: str = "exact_err_pi", *, gap: str = "
     width = "one" if ncols == 1 else "two"
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize(width, 2.3 * nrows + 0.6), squeeze=False,
                              sharey=True, layout="constrained")
-    n = 0
+    n, gap_drawn = 0, False
     handles: dict = {}
     for ax, (panel, by_label) in zip(axes.ravel(), panels.items()):
         for label, rows in by_label.items():
@@ -209,30 +238,33 @@ def error_curves(rows_by_label: dict, key: str = "exact_err_pi", *, gap: str = "
             shown = st.label + (f" {rest}" if rest else "") if name in _known() else str(label)
             n = max(n, _band(ax, rows, key, st.color, label=shown))
             if gap == "per_method" and key != "exact_gap" and "exact_gap" in rows[0]:
-                _band(ax, rows, "exact_gap", st.color, ls="--", lw=0.8)
+                gap_drawn |= _band(ax, rows, "exact_gap", st.color, ls="--", lw=0.8) > 0
         if gap == "pooled" and key != "exact_gap":
             pooled = [r for rows in by_label.values() if "exact_gap" in rows[0]
                       for r in _reseed(rows, by_label)]
             if pooled:
-                _band(ax, pooled, "exact_gap", "#000000", ls="--", lw=1.0,
-                      label=ERROR_LABELS["exact_gap"] + " (all runs)")
-        if log:
-            ax.set_yscale("log")
-            means = getattr(ax, "_vccc_means", [])
-            if means:  # a band reaching 1e-16 runs off the bottom
-                ax.set_ylim(bottom=0.5 * min(means), top=2.0 * max(means))
-            log_ticks(ax, "y")
+                gap_drawn |= _band(ax, pooled, "exact_gap", "#000000", ls="--", lw=1.0,
+                                   label=ERROR_LABELS["exact_gap"] + " (all runs)") > 0
         ax.set_title(str(panel) if panel != "" else "")
         ax.set_xlabel("update")
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
+    if log:  # one y range for the shared axis (per panel, the last panel's hid the others)
+        means = [m for ax in axes.ravel() for m in getattr(ax, "_vccc_means", [])]
+        for ax in axes.ravel()[:len(panels)]:
+            ax.set_yscale("log")
+            if means:  # a band reaching 1e-16 runs off the bottom
+                ax.set_ylim(bottom=0.5 * min(means), top=2.0 * max(means))
+            log_ticks(ax, "y")
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel(ERROR_LABELS.get(key, key))
-    gap_txt = "" if gap == "none" or key == "exact_gap" else "; dashed: exact gap $V^{\\pi_k}$ vs $V^{mix}$"
-    fig.suptitle((title + "\n" if title else "")
-                 + stats_note(n, "seeds", "mean, 95% bootstrap band") + gap_txt)
+    gap_txt = "; dashed: exact gap $V^{\\pi_k}$ vs $V^{mix}$" if gap_drawn else ""
+    band = ("95% bootstrap band" if n >= MIN_INTERVAL_SEEDS
+            else "band: smallest to largest seed")
+    fig.suptitle(_wrapped(fig, title, stats_note(n, "seeds", f"line: mean over seeds, {band}; "
+                                                 "at every ground-truth update") + gap_txt))
     legend_below(fig, handles=list(handles.values()), labels=list(handles),
                  ncol=min(4 if ncols > 1 else 2, len(handles)))
     return fig

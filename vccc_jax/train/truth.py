@@ -1,8 +1,8 @@
 """Ground-truth metrics of one trainer update: exact (tabular / token envs) or Monte Carlo.
 
 Plain functions of the static ``train.setup.Setup``, the grid values and the update's
-arrays, evaluated every ``gt_every`` updates inside a real ``lax.cond`` (the update index
-is not batched over seeds):
+arrays, evaluated every ``gt_every`` updates and at the last (:func:`due`) inside a real
+``lax.cond`` (the update index is not batched over seeds):
 
 * :func:`exact_truth` wires ``train.exact_metrics`` (closed-form V^{pi_k}, V^{mu_l},
   the replay mixture, the exact actor-update bias on both exact envs, with the config's
@@ -58,7 +58,6 @@ def exact_truth(setup: Setup, values: GridValues, state, traj, ltraj, valid, pre
     """Exact metrics (``train.exact_metrics``) of pi_k, the ring's versions, the replay
     mixture and the critic at the start of the update, every ``gt_every`` updates; with the
     learned baseline on a tabular env also ``bstar_err`` (:func:`bstar_err`)."""
-    cfg = setup.cfg
     nv = setup.ring_size
 
     def compute(_):
@@ -90,7 +89,14 @@ def exact_truth(setup: Setup, values: GridValues, state, traj, ltraj, valid, pre
             out["bstar_err"] = nan()
         return out
 
-    return jax.lax.cond((idx + 1) % cfg.gt_every == 0, compute, skip, None)
+    return jax.lax.cond(due(setup, idx), compute, skip, None)
+
+
+def due(setup: Setup, idx) -> Array:
+    """Whether update ``idx`` evaluates the ground truth: at updates N-1, 2N-1, ... (N =
+    ``gt_every``) and at the last update, so a run's last evaluation is its end (39 updates
+    with N = 15 evaluated last at update 29, 75% of the run)."""
+    return ((idx + 1) % setup.cfg.gt_every == 0) | (idx + 1 == setup.num_updates)
 
 
 def monte_carlo_truth(setup: Setup, state, traj, key, idx) -> dict:
@@ -133,5 +139,4 @@ def monte_carlo_truth(setup: Setup, state, traj, key, idx) -> dict:
     def skip(_):
         return {k: nan() for k in MC_METRICS}
 
-    # at updates N-1, 2N-1, ...: the last evaluation falls at the end of training
-    return jax.lax.cond((idx + 1) % cfg.gt_every == 0, compute, skip, None)
+    return jax.lax.cond(due(setup, idx), compute, skip, None)
