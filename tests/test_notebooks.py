@@ -3,6 +3,7 @@ result set in tests/data/results, through the same path as `vccc figures` (paper
 parameters, nbclient), sharing one kernel, from a working directory outside the repository;
 each writes its PNG + PDF figures and is saved as an executed .ipynb (`--ipynb`)."""
 
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -35,6 +36,14 @@ def kernel():
     km = figures.start_kernel()
     yield km
     km.shutdown_kernel(now=True)
+
+
+def test_the_kernel_talks_over_ipc_not_tcp():
+    """Issue 45 row 11: a TCP kernel printed "Kernel is running over TCP without encryption"
+    on every `make figures`; an IPC kernel (sockets in a temporary directory) does not."""
+    km = figures.kernel_manager()
+    assert km.transport == "ipc" and Path(km.ip).parent.is_dir()
+    assert str(Path(km.ip).parent).startswith(tempfile.gettempdir())
 
 
 def test_every_notebook_is_listed_and_paired_as_percent_script():

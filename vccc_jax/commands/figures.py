@@ -84,11 +84,22 @@ def save_notebook(nb, path: Path, reused_kernel: bool = True) -> Path:
     return path
 
 
-def start_kernel():
-    """A started python3 kernel (the caller shuts it down: ``km.shutdown_kernel()``)."""
+def kernel_manager():
+    """A python3 kernel manager talking over IPC sockets in a new temporary directory: over
+    TCP (the default) every kernel start prints a warning that its traffic is unencrypted,
+    on the console of ``make figures`` and in every notebook."""
+    import tempfile
+
     from jupyter_client.manager import KernelManager
 
-    km = KernelManager(kernel_name="python3")
+    where = Path(tempfile.mkdtemp(prefix="vccc-kernel-")) / "kernel"
+    return KernelManager(kernel_name="python3", transport="ipc", ip=str(where))
+
+
+def start_kernel():
+    """A started python3 kernel (:func:`kernel_manager`; the caller shuts it down:
+    ``km.shutdown_kernel()``)."""
+    km = kernel_manager()
     km.start_kernel()
     return km
 

@@ -127,16 +127,18 @@ class WandbTracker(Tracker):
     unless ``WANDB_MODE`` says otherwise; grid cells become one table ``cells`` at close."""
 
     def __init__(self, logdir: str | os.PathLike, config: Optional[Mapping] = None,
-                 project: Optional[str] = None):
+                 project: Optional[str] = None, quiet: bool = False):
         import wandb
 
         self.logdir = Path(logdir)
         self.logdir.mkdir(parents=True, exist_ok=True)
         self._wandb = wandb
         self._cells: list[dict] = []
+        # quiet: none of W&B's ~15 lines per run (banner, history, sync hint) on the console
+        quiet_settings = {"settings": wandb.Settings(silent=True, console="off")} if quiet else {}
         self._run = wandb.init(project=project or "vccc_jax", dir=str(self.logdir),
                                config=dict(config or {}),
-                               mode=os.environ.get("WANDB_MODE", "offline"))
+                               mode=os.environ.get("WANDB_MODE", "offline"), **quiet_settings)
 
     def log(self, step: int, metrics: Mapping) -> None:
         values = scalars(metrics)
@@ -177,15 +179,15 @@ def log_rows(tracker: Tracker, rows: Sequence[Mapping], step: str = "env_steps",
 
 
 def open_tracker(spec: Optional[str], *, logdir: str | os.PathLike,
-                 config: Optional[Mapping] = None) -> Tracker:
+                 config: Optional[Mapping] = None, quiet: bool = False) -> Tracker:
     """The tracker of a ``--track`` spec: TensorBoard event files in ``DIR`` (default
-    ``logdir``), a W&B run under ``logdir`` (project ``PROJECT``), or the do-nothing
-    :class:`Tracker`."""
+    ``logdir``), a W&B run under ``logdir`` (project ``PROJECT``; ``quiet``: silent), or the
+    do-nothing :class:`Tracker`."""
     backend, arg = parse_spec(spec)
     if backend == "tensorboard":
         return TensorBoardTracker(arg or logdir, config)
     if backend == "wandb":
-        return WandbTracker(logdir, config, project=arg)
+        return WandbTracker(logdir, config, project=arg, quiet=quiet)
     return Tracker()
 
 

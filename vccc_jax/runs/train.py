@@ -309,7 +309,7 @@ def run_one(cfg: TrainConfig, out: Path, *, chunk: int = 0, checkpoint_every: in
     total = trainer.num_updates
     mngr = ck.manager(out / "checkpoint", keep=keep)
     tracker = open_tracker(track if main else "none", logdir=out / parse_spec(track)[0],
-                           config=cfg.to_dict())
+                           config=cfg.to_dict(), quiet=quiet)
     try:
         return _train_loop(cfg, out, st, mngr, total=total, chunk=chunk,
                            checkpoint_every=checkpoint_every,
