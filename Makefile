@@ -9,7 +9,7 @@ comma  := ,
 EXTRAS := dev$(if $(ACCEL),$(comma)$(ACCEL))
 STAMP  := $(VENV)/.installed$(if $(ACCEL),-$(ACCEL))
 
-.PHONY: venv lint test sweep verify audit bench bench-device figures notebooks clean
+.PHONY: venv lint test sweep verify audit bench bench-device figures gallery notebooks clean
 
 venv: $(STAMP)
 
@@ -43,7 +43,12 @@ audit: $(STAMP)
 	  $(PY) -m zipfile -e $$w .audit/src/$$(basename $$w | cut -d- -f1-2); done
 	$(VENV)/bin/vccc verify --field-audit --quick --num-mdps 16 --samples 256 --out docs/field_audit.md
 
+# figures/ only (git-ignored): the tree stays clean. `make gallery` also refreshes the small
+# committed PNGs of docs/figures (adding none).
 figures: $(STAMP)
+	$(VENV)/bin/vccc figures --results results --out figures
+
+gallery: $(STAMP)
 	$(VENV)/bin/vccc figures --results results --out figures --gallery docs/figures
 
 # Executed notebooks (outputs included) for Jupyter: notebooks/<name>.ipynb (git-ignored).

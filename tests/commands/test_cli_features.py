@@ -224,6 +224,52 @@ def test_a_torn_last_line_is_one_warning_in_every_reader(tmp_path, capsys, monke
     assert n > 10 and store.read_bytes() == before
 
 
+def test_make_figures_leaves_a_clean_tree_and_the_gallery_adds_nothing(tmp_path, capsys,
+                                                                         monkeypatch):
+    """Issue 45 row 10: `make figures` left 6 untracked PNGs in docs/figures. It now writes
+    figures/ only; `make gallery` (--gallery) refreshes the PNGs the gallery holds and adds
+    none, saying which it did not add."""
+    import re
+    from pathlib import Path
+
+    from vccc_jax.commands import figures
+
+    root = Path(__file__).resolve().parents[2]
+    make = (root / "Makefile").read_text()
+    recipe = re.search(r"^figures:.*\n\t(.*)$", make, re.M).group(1)
+    assert "vccc figures" in recipe and "--gallery" not in recipe
+    assert "--gallery docs/figures" in re.search(r"^gallery:.*\n\t(.*)$", make, re.M).group(1)
+
+    def fake_run(results, out, gallery, names, **kw):  # draws two small PNGs
+        for name in ("kept", "new"):
+            (gallery / f"{name}.png").write_bytes(b"\x89PNG new")
+        return {"nb": {"figures": 2, "why": ""}}
+
+    monkeypatch.setattr(figures, "run_notebooks", fake_run)
+    gallery = tmp_path / "docs_figures"
+    gallery.mkdir()
+    (gallery / "kept.png").write_bytes(b"\x89PNG old")
+    (tmp_path / "res").mkdir()
+    assert cli.main(["figures", "--results", str(tmp_path / "res"), "--out",
+                     str(tmp_path / "figs"), "--gallery", str(gallery)]) == 0
+    assert sorted(p.name for p in gallery.iterdir()) == ["kept.png"]
+    assert (gallery / "kept.png").read_bytes() == b"\x89PNG new"
+    assert (f"gallery: refreshed 1 PNGs in {gallery}; 1 drawn that it does not hold were not "
+            "added (copy one there to add it): new.png") in capsys.readouterr().out
+
+
+def test_doc_image_links_resolve():
+    """Issue 45 row 10: docs/actor_map.md linked an image that is not in the repository."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for md in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", md.read_text()):
+            if not target.startswith("http"):
+                assert (md.parent / target).is_file(), f"{md.name}: {target}"
+
+
 def test_figures_says_which_notebooks_drew_no_figure_and_why(tmp_path, capsys, monkeypatch):
     """Issue 30: 4 of 9 notebooks drew nothing and ``make figures`` did not say which or why.
     The kernel is faked: ``clipping`` writes one PNG, ``neural_lag`` prints that it found no

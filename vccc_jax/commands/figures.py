@@ -1,6 +1,7 @@
 """``vccc figures``: run every notebook headless on stored results and write figures/.
 
-    vccc figures [--results results] [--out figures] [--gallery docs/figures] [--only NAME ...]
+    vccc figures [--results results] [--out figures] [--only NAME ...]
+    vccc figures --gallery docs/figures   # also refresh the docs' small PNGs (make gallery)
     vccc figures --store results/tabular_default.jsonl --out figures   # one sweep store, directly
     vccc figures --ipynb notebooks      # also save the executed notebooks (make notebooks)
 
@@ -159,13 +160,31 @@ def run_notebooks(results: Path, out: Path, gallery: Optional[Path] = None,
     return report
 
 
+def refresh_gallery(staged: Path, gallery: Path) -> str:
+    """Copy the small PNGs the notebooks drew into ``staged`` over those ``gallery`` holds
+    (the committed docs/figures) and add none: a new figure is added by copying it there once
+    (so ``--gallery`` never leaves files git does not know). Returns one line saying what
+    was refreshed and what was not added."""
+    import shutil
+
+    drawn = sorted(staged.glob("*.png"))
+    kept = [p for p in drawn if (gallery / p.name).is_file()]
+    for p in kept:
+        shutil.copyfile(p, gallery / p.name)
+    new = [p.name for p in drawn if p not in kept]
+    return (f"gallery: refreshed {len(kept)} PNGs in {gallery}"
+            + (f"; {len(new)} drawn that it does not hold were not added (copy one there to "
+               f"add it): {', '.join(new)}" if new else ""))
+
+
 def build_parser() -> Parser:
     p = Parser(prog="vccc figures", description="run every notebook headless on stored results "
                "and write PDF + PNG figures")
     p.add_argument("--results", default="results", help="results directory (default: results)")
     p.add_argument("--out", default="figures", help="output directory (default: figures)")
     p.add_argument("--gallery", default=None,
-                   help="also write small README PNGs here (e.g. docs/figures)")
+                   help="also refresh the small PNGs this folder holds (docs/figures: `make "
+                   "gallery`); adds none")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME",
                    help="run only these notebooks (stems of notebooks/*.py)")
     p.add_argument("--ipynb", default=None, metavar="DIR",
@@ -206,13 +225,18 @@ def main(argv: Optional[list[str]] = None):
         output_dir(args.gallery, "--gallery")
 
     def draw() -> int:
+        import tempfile
+
         from vccc_jax.runs.store import read_every_store
 
         read_every_store(results)  # a bad store warns here, not only inside a notebook
-        report = run_notebooks(results, Path(args.out),
-                               Path(args.gallery) if args.gallery else None,
-                               [p.stem for p in names], timeout=args.timeout,
-                               ipynb=Path(args.ipynb) if args.ipynb else None)
+        with tempfile.TemporaryDirectory(prefix="vccc-gallery-") as staged:
+            report = run_notebooks(results, Path(args.out),
+                                   Path(staged) if args.gallery else None,
+                                   [p.stem for p in names], timeout=args.timeout,
+                                   ipynb=Path(args.ipynb) if args.ipynb else None)
+            if args.gallery:
+                print(refresh_gallery(Path(staged), Path(args.gallery)), file=sys.stdout)
         drawn = sum(r["figures"] for r in report.values())
         print(f"{drawn} figures (PNG + PDF) drawn in {args.out}", file=sys.stdout)
         empty = {name: r["why"] for name, r in report.items() if not r["figures"]}
