@@ -7,7 +7,8 @@ import pytest
 from vccc_jax import cli
 from vccc_jax.commands import bench
 
-NAMES = ("estimators", "tabular", "train", "scale", "routes", "device", "commands", "mutants")
+NAMES = ("estimators", "tabular", "train", "scale", "routes", "device", "commands", "mutants",
+         "counts")
 
 
 def _one_line_error(capsys, argv, match):
@@ -47,7 +48,7 @@ def test_unknown_flag_is_one_line(name, capsys):
 
 
 def test_unknown_or_missing_benchmark(capsys):
-    _one_line_error(capsys, ["nope"], "expected one of estimators, tabular, train, scale, routes, device, commands, mutants, got 'nope'")
+    _one_line_error(capsys, ["nope"], "expected one of estimators, tabular, train, scale, routes, device, commands, mutants, counts, got 'nope'")
     _one_line_error(capsys, [], "got nothing")
 
 

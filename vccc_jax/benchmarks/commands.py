@@ -19,8 +19,9 @@ verify, the smoke and default sweeps, the simulator, the Sec 3.4 demo, the READM
 Every measurement is kept: ``--out docs/command_times.md`` appends the rows just measured to
 ``docs/command_times.jsonl`` (one JSON line each, with date, host and CPU count) and rewrites
 the page from the newest measurement of every row, so rerunning one row (``--only verify``)
-keeps the others; ``--readme README.md`` puts the same table between the README's
-``<!-- command-times:begin -->`` / ``<!-- command-times:end -->`` markers.
+keeps the others; ``--readme FILE.md`` puts the same table between that file's
+``<!-- command-times:begin -->`` / ``<!-- command-times:end -->`` markers (the README links
+docs/command_times.md instead: issue 45 moved its measurements out).
 
 Flags and printing live in :mod:`vccc_jax.commands.bench`; this module returns rows and
 strings only.
@@ -232,7 +233,7 @@ def footer(rows: Sequence[dict]) -> str:
 def page(rows: Sequence[dict]) -> str:
     """docs/command_times.md from the newest measurement of every row."""
     return (f"# Command times\n\nWritten by `vccc bench commands --group all --out "
-            f"docs/command_times.md --readme README.md` from `docs/command_times.jsonl` (every "
+            f"docs/command_times.md` from `docs/command_times.jsonl` (every "
             f"measurement; the newest of each row is shown), measured on {machines(rows)}.\n\n"
             f"{format_table(rows)}\n\n{footer(rows)}\n")
 

@@ -1,4 +1,4 @@
-"""``vccc bench estimators | tabular | train | scale | routes | device | commands``: flags and
+"""``vccc bench estimators | tabular | train | scale | routes | device | commands | counts``: flags and
 printing of the benchmarks.
 
     vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--ceiling-mib M]
@@ -9,8 +9,9 @@ printing of the benchmarks.
     vccc bench routes     [--updates N] [--seeds N] [--repeats N] [--routes a,b] [--lag L] ...
     vccc bench device     [--out DIR] [--small | --full] [--sections a,b] [--budget S]
     vccc bench commands   [--group start|comparators|all] [--only a,b] [--out FILE.md]
-                          [--readme README.md]
+                          [--readme FILE.md]
     vccc bench mutants    [--only a,b] [--jobs N] [--fast | --tests-only] [--out DIR] [--list]
+    vccc bench counts     (docs/counts.json and every marked count in README.md, docs/*.md)
 
 The measurements are :mod:`vccc_jax.benchmarks` (layer 5: rows and strings, no printing);
 this module parses, validates, prints the header before the (long) measurements, progress
@@ -37,6 +38,7 @@ SUMMARY = {
     "device": "everything a GPU/TPU host should measure, in one run: JSON + table in --out",
     "commands": "wall and CPU time of the documented vccc commands, with the load",
     "mutants": "which checks (verify, module tests) catch realistic one-line bugs",
+    "counts": "the counts the docs state (tests, verify rows) into docs/counts.json and the docs",
 }
 
 
@@ -364,9 +366,9 @@ def commands(argv: list[str]) -> Callable[[], int]:
         readme = Path(args.readme)
         if not readme.is_file():
             raise ValueError(f"--readme {readme}: no such file")
-        b.with_table(readme.read_text(), [])  # the markers are there (checked before running)
         if not args.out:
             raise ValueError("--readme needs --out (the table comes from its record)")
+        b.with_table(readme.read_text(), [])  # the markers are there (checked before running)
 
     def bench() -> int:
         _out(b.header())
@@ -436,8 +438,25 @@ def mutants(argv: list[str]) -> Callable[[], int]:
     return bench
 
 
+def counts(argv: list[str]) -> Callable[[], int]:
+    from vccc_jax.benchmarks import counts as b
+
+    Parser(prog=f"{PROG} counts", description=b.__doc__.split("\n\n")[0]).parse_args(argv)
+
+    def bench() -> int:
+        rec = b.record(b.measure(progress=_err))
+        changed = b.rewrite_docs(rec["counts"])
+        for name, value in rec["counts"].items():
+            _out(f"{name:>18}: {value}  ({b.NAMES[name]})")
+        _out(f"written: {b.RECORD}" + "".join(f", {p}" for p in changed))
+        return 0
+
+    return bench
+
+
 BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale,
-              "routes": routes, "device": device, "commands": commands, "mutants": mutants}
+              "routes": routes, "device": device, "commands": commands, "mutants": mutants,
+              "counts": counts}
 
 
 @guarded("bench")
