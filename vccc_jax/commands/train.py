@@ -37,8 +37,9 @@ curves.png per run, and for a grid a markdown table and ``<out>/<name>.png``; wr
 process 0 only.
 
 Run directories (``runs.run_dir``): the default ``results/train/<env>_..._<hash>_<time>`` is
-new for every run; an ``--out`` holding another run is refused unless ``--resume`` (the same
-config, from its latest checkpoint) or ``--overwrite``. Checkpoints are written every
+new for every run; an ``--out`` holding another run is refused unless ``--resume`` (alone:
+the run its config.json records; from its latest checkpoint, or from update 0 when it stopped
+before the first) or ``--overwrite``. Checkpoints are written every
 ``--checkpoint-every`` (default 5 minutes of wall time), at the end, and on Ctrl-C: the
 first Ctrl-C is acknowledged at once (one line, even mid-compile), finishes the jitted chunk
 in flight, checkpoints it and exits 130 with one more line; a second one stops at once (the
@@ -227,8 +228,8 @@ def build_parser(names: bool = False) -> Parser:
     p.add_argument("--keep", type=int, default=3, help="checkpoints kept (the latest N)")
     runs = p.add_mutually_exclusive_group()
     runs.add_argument("--resume", action="store_true",
-                      help="continue the run in --out from its latest checkpoint (same config; "
-                      "bit for bit)")
+                      help="continue the run in --out from its latest checkpoint, bit for bit "
+                      "(no other flag needed: its config.json says what it is)")
     runs.add_argument("--overwrite", action="store_true",
                       help="replace the run in --out (its files only) with this one")
     p.add_argument("--fsdp", action="store_true",
