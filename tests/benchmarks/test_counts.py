@@ -36,15 +36,19 @@ def test_the_docs_state_no_unmarked_test_or_row_count():
 
 
 @pytest.mark.parametrize("out, want", [
-    ("a.py::t\n\n1888/1905 tests collected (17 deselected) in 31.20s\n", (1888, 17)),
+    # a test id may quote a summary line (this file's did): only the last line counts
+    ("a.py::t[7/9 tests collected (2 deselected)]\n\n31/40 tests collected (9 deselected) in "
+     "31.20s\n", (31, 9)),
     ("12 tests collected in 0.5s\n", (12, 0)),
     ("1 test collected in 0.1s\n", (1, 0)),
-])
+], ids=["deselected", "plain", "one"])
 def test_pytest_collection_lines_parse(out, want):
     got = c.parse_collection(out)
     assert (got["tests_collected"], got["tests_slow"]) == want
     with pytest.raises(ValueError, match="tests collected"):
         c.parse_collection("ERROR: no tests ran")
+    with pytest.raises(ValueError, match="could not collect 2 test files"):
+        c.parse_collection("31/40 tests collected (9 deselected), 2 errors in 40.1s")
 
 
 def test_with_counts_rewrites_marked_numbers_only(tmp_path):

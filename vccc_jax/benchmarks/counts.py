@@ -33,14 +33,19 @@ MARK = re.compile(r"<!-- count:(\w+) -->([^<]*)<!-- /count -->")
 def parse_collection(text: str) -> dict:
     """``{"tests_collected", "tests_slow"}`` from the last line of ``pytest --collect-only
     -q`` (``1888/1905 tests collected (17 deselected) in 31.2s`` or ``12 tests collected``);
-    ValueError when there is none."""
-    m = re.search(r"(\d+)/(\d+) tests? collected \((\d+) deselected\)", text)
+    ValueError when there is none, or when files failed to collect (a count that leaves
+    them out is no count)."""
+    lines = [line for line in text.splitlines() if re.match(r"^\d+(/\d+)? tests? collected", line)]
+    if not lines:  # the summary line, not a test id that happens to quote one
+        raise ValueError(f"no 'tests collected' line in pytest's output: {text[-300:]!r}")
+    line = lines[-1]
+    errors = re.search(r"(\d+) errors?", line)
+    if errors:
+        raise ValueError(f"pytest could not collect {errors[1]} test files: {line!r}")
+    m = re.match(r"(\d+)/(\d+) tests? collected \((\d+) deselected\)", line)
     if m:
         return {"tests_collected": int(m[1]), "tests_slow": int(m[3])}
-    m = re.search(r"(\d+) tests? collected", text)
-    if m is None:
-        raise ValueError(f"no 'tests collected' line in pytest's output: {text[-300:]!r}")
-    return {"tests_collected": int(m[1]), "tests_slow": 0}
+    return {"tests_collected": int(re.match(r"(\d+)", line)[1]), "tests_slow": 0}
 
 
 def collect(root: Path = ROOT, timeout: float = 900.0) -> dict:
