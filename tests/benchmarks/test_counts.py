@@ -80,3 +80,19 @@ def test_the_readme_reads_in_five_minutes():
     assert heads[:3] == ["Install and the two commands", "A first run", "Where results go"]
     assert "make test" in text and "make sweep" in text
     assert not re.search(r"\bload (average )?~?\d|\b[0-9a-f]{7}\b \(|CPU-min", text)
+
+
+def test_a_whole_suite_run_collects_the_recorded_number_of_tests(request):
+    """In `make test` (pytest on tests/, `-m 'not slow'`, no -k) this session's items are the
+    suite: their number must be the one docs/counts.json records, so a test added or removed
+    without `vccc bench counts` fails here. Any narrower run skips (it sees part of the suite)."""
+    from pathlib import Path
+
+    cfg = request.config
+    whole = [Path(a).resolve() for a in cfg.args] in ([c.ROOT / "tests"], [c.ROOT])
+    narrowed = (cfg.option.keyword or cfg.option.markexpr != "not slow" or cfg.option.ignore
+                or cfg.option.ignore_glob or cfg.option.deselect)
+    if not whole or narrowed:
+        pytest.skip("not a whole-suite run (`make test`)")
+    assert len(request.session.items) == c.read_record()["tests_collected"], (
+        "the suite's size changed: run `vccc bench counts`")
