@@ -89,6 +89,33 @@ _BLOCK = 8192
 _MIN_BLOCK = 1024
 
 
+# Where the associative scan beats the sequential loop, per backend: (min T, max width of
+# the flattened batch), or None = nowhere. Measured by `vccc bench estimators --crossover`
+# (docs/scaling.md): on CPU the loop wins at every (T, B) from (32, 1) to (4096, 4096).
+# Backends not listed (GPU, TPU) are not measured yet and use the loop too; `make
+# bench-device` prints the same grid there.
+ASSOCIATIVE_WINS: dict = {"cpu": None}
+
+_RHO_ONE = object()  # log_rhos stand-in of gae() (rho == 1)
+
+
+def scan_method(platform: str, num_t: int, width: int) -> str:
+    """'associative' where ``ASSOCIATIVE_WINS`` says it wins on ``platform``, else 'scan'."""
+    rule = ASSOCIATIVE_WINS.get(platform)
+    if rule is None:
+        return "scan"
+    min_t, max_width = rule
+    return "associative" if num_t >= min_t and width <= max_width else "scan"
+
+
+class GAEOutput(NamedTuple):
+    """returns: the lambda-returns Vbar(s_t) + A_t (the GAE value target), [T, ...].
+    advantages: A_t = GAE(gamma, lambda) advantages, [T, ...]."""
+
+    returns: Array
+    advantages: Array
+
+
 class VTraceOutput(NamedTuple):
     """vs: V-trace value targets v_t (Eq 11), [T, ...].
     pg_advantages: min(rhobar_pg, rho_t) (r_t + gamma_t v_{t+1} - Vbar(s_t)), [T, ...]."""
@@ -134,6 +161,8 @@ def _validate(log_rhos, discounts, rewards, values, bootstrap_value, lambda_,
               truncations, truncation_values, n_steps):
     """Static checks (always) and value checks (concrete arguments only)."""
     named = dict(log_rhos=log_rhos, discounts=discounts, rewards=rewards, values=values)
+    if log_rhos is _RHO_ONE:  # gae(): rho == 1, no log-ratios
+        del named["log_rhos"]
     for name, x in named.items():
         if x is None:
             raise ValueError(f"{name} is required")
@@ -141,8 +170,7 @@ def _validate(log_rhos, discounts, rewards, values, bootstrap_value, lambda_,
         if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
             raise ValueError(f"{name} must be a floating-point array, got dtype {jnp.result_type(x)}")
     # values first, so messages read "<arg> has shape .. but values has shape ..".
-    checks.check_same_shape(values=values, log_rhos=log_rhos, discounts=discounts,
-                            rewards=rewards)
+    checks.check_same_shape(values=values, **{k: x for k, x in named.items() if k != "values"})
     checks.check_nonempty("values", values)
     batch_shape = np.shape(values)[1:]
     if bootstrap_value is None:
@@ -204,14 +232,19 @@ def _block_size(width: int) -> int:
 def _row_step(lr, r, d, v, v_next, trunc, tv, acc, lambda_, thresholds):
     """One time step for one row: ratio, clips, delta and both outputs, all elementwise.
 
-    ``acc`` = vs_{t+1} - Vbar(s_{t+1}); returns (vs_t - Vbar(s_t), vs_t, pg_t).
+    ``acc`` = vs_{t+1} - Vbar(s_{t+1}); returns (vs_t - Vbar(s_t), vs_t, pg_t). ``lr=None``
+    is rho == 1 (GAE, :func:`gae`): no log-ratio is read, no exp is taken and the third
+    output is the GAE advantage vs_t - Vbar(s_t).
     """
-    rho_c, c, rho_pg = _coefficients(safe_ratios(lr), lambda_, *thresholds)
     g = d  # the discount that continues the trace (0 past a time-limit truncation)
     if trunc is not None:
         v_next = jnp.where(trunc, tv, v_next)
         g = jnp.where(trunc, jnp.zeros_like(d), d)
     delta = r + d * v_next - v
+    if lr is None:
+        acc_t = delta + (g * lambda_) * acc
+        return acc_t, v + acc_t, acc_t
+    rho_c, c, rho_pg = _coefficients(safe_ratios(lr), lambda_, *thresholds)
     acc_t = rho_c * delta + (g * c) * acc
     if thresholds[0] == thresholds[1] == thresholds[2]:
         # rho_pg = rho^c = w and c = lambda w: pg = w (delta + g acc) = acc_t + (1 - lambda) g w acc,
@@ -262,7 +295,10 @@ def _reverse_loop(lr, d, r, v, bootstrap, trunc, tv, lambda_, thresholds, *, in_
             return (lax.dynamic_update_slice(vs_buf, vs[None], at),
                     lax.dynamic_update_slice(pg_buf, pg[None], at), acc)
 
-        vs, pg, _ = lax.fori_loop(0, total, body, (jnp.zeros_like(v), jnp.zeros_like(v), acc0))
+        # Two different fill values: one shared zero buffer would be CSE'd and then copied
+        # (a read + write pass over [T, B] before the loop); two fills are write-only.
+        vs_buf, pg_buf = jnp.zeros_like(v), jnp.full_like(v, jnp.nan)
+        vs, pg, _ = lax.fori_loop(0, total, body, (vs_buf, pg_buf, acc0))
         return vs, pg
 
     at0, (acc, vs, pg) = step(0, acc0, lr, r)
@@ -327,15 +363,16 @@ def _core(log_rhos, discounts, rewards, values, bootstrap_value, truncations,
     caller passed a concrete lambda, so constants fold (and lambda = 1 takes a shortcut)."""
     num_t = values.shape[0]
     batch_shape = values.shape[1:]
-    dtype = jnp.result_type(log_rhos, discounts, rewards, values, bootstrap_value)
+    floats = (discounts, rewards, values, bootstrap_value)
+    dtype = jnp.result_type(*floats, *(() if log_rhos is None else (log_rhos,)))
     if lambda_static is not None:
         lambda_ = lambda_static
     else:
         lambda_ = jnp.asarray(lambda_, dtype)
     if stop_target_gradients:  # no gradient path at all, rather than zeroing one at the end
         sg = lax.stop_gradient
-        log_rhos, discounts, rewards, values, bootstrap_value = map(
-            sg, (log_rhos, discounts, rewards, values, bootstrap_value))
+        discounts, rewards, values, bootstrap_value = map(sg, floats)
+        log_rhos = None if log_rhos is None else sg(log_rhos)
         if lambda_static is None:
             lambda_ = sg(lambda_)
         if truncation_values is not None:
@@ -432,7 +469,9 @@ def vtrace(
       batch, a wrong-rank bootstrap_value, non-positive thresholds, an invalid n_steps, and (concrete arguments only) discounts
       or lambda_ outside [0, 1].
     """
-    return _call(_core_jit, "scan", log_rhos, discounts, rewards, values, bootstrap_value,
+    method = scan_method(jax.default_backend(), np.shape(values)[0],
+                         math.prod(np.shape(values)[1:]))
+    return _call(_core_jit, method, log_rhos, discounts, rewards, values, bootstrap_value,
                  lambda_=lambda_, clip_rho_threshold=clip_rho_threshold,
                  clip_c_threshold=clip_c_threshold,
                  clip_pg_rho_threshold=clip_pg_rho_threshold, truncations=truncations,
@@ -503,4 +542,36 @@ def vtrace_inplace(
                  stop_target_gradients=stop_target_gradients)
 
 
-__all__ = ["VTraceOutput", "vtrace", "vtrace_associative", "vtrace_inplace", "MAX_LOG_RHO"]
+def gae(
+    discounts: Array,
+    rewards: Array,
+    values: Array,
+    bootstrap_value: Array,
+    *,
+    lambda_=0.95,
+    truncations: Optional[Array] = None,
+    truncation_values: Optional[Array] = None,
+    stop_target_gradients: bool = True,
+) -> GAEOutput:
+    """GAE(gamma, lambda) advantages and lambda-returns: Eq 11 with rho == 1, in one pass.
+
+    A_t = delta_t + gamma_t lambda A_{t+1} (A_T = 0), returns_t = Vbar(s_t) + A_t, with the
+    termination / truncation conventions of :func:`vtrace`. Equal to ``vtrace`` with
+    ``log_rhos = 0`` (``returns`` = its ``vs``, ``advantages`` = ``vs - values``), but the
+    loop reads no log-ratio array and takes no exp: 20 bytes per float32 transition.
+    Arguments as :func:`vtrace` (no log-ratios, clips or ``n_steps``).
+    """
+    _validate(_RHO_ONE, discounts, rewards, values, bootstrap_value, lambda_, None, None,
+              None, truncations, truncation_values, None)
+    lambda_static = None
+    if checks.is_concrete(lambda_):
+        lambda_static, lambda_ = float(lambda_), None
+    out = _core_jit(None, discounts, rewards, values, bootstrap_value, truncations,
+                    truncation_values, lambda_, lambda_static=lambda_static,
+                    thresholds=(None, None, None), n_steps=None,
+                    stop_target_gradients=bool(stop_target_gradients), method="scan")
+    return GAEOutput(returns=out.vs, advantages=out.pg_advantages)
+
+
+__all__ = ["VTraceOutput", "GAEOutput", "vtrace", "vtrace_associative", "vtrace_inplace", "gae",
+           "scan_method", "ASSOCIATIVE_WINS", "MAX_LOG_RHO"]
