@@ -21,6 +21,7 @@ wrong>`` on stderr and exit status 2 (:mod:`vccc_jax.commands.common`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Optional
 
@@ -99,6 +100,12 @@ def estimators_parser() -> Parser:
                    help="override the (T, B) list, e.g. --sizes 128,4096 512,65536")
     p.add_argument("--ceiling-mib", type=_nonnegative_int, default=None,
                    help="buffer size of the bandwidth ceiling measurement (MiB)")
+    p.add_argument("--dtypes", default="float32,float64",
+                   help="comma-separated precisions, each a full set of tables")
+    p.add_argument("--no-targets", action="store_true",
+                   help="V-trace only (skip GAE and the one-step targets)")
+    p.add_argument("--crossover", action="store_true",
+                   help="also time the loop against the associative scan over a (T, B) grid")
     return p
 
 
@@ -108,17 +115,30 @@ def estimators(argv: list[str]) -> Callable[[], int]:
     args = estimators_parser().parse_args(argv)
     sizes, reps, ceiling_mib = b.settings(args.quick, args.reps, args.sizes, args.ceiling_mib)
 
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+
     def bench() -> int:
         rlax = b.load_rlax()
         fns = b.build_functions(rlax)
+        tfns = None if args.no_targets else b.build_target_functions(rlax)
         names = list(fns)
         _out(b.header(reps, rlax is not None))
         ceiling = b.measure_ceiling(ceiling_mib * 2**20, reps=max(reps, 5))
-        ceiling_mts = ceiling / b.BYTES_PER_TRANSITION / 1e6
-        _out(b.ceiling_line(ceiling, ceiling_mib))
-        rows = b.run_sizes(fns, sizes, reps, progress=_out)
-        _out(b.format_table(rows, names, ceiling_mts))
-        _out(b.footer(rows, ceiling_mts, rlax is not None))
+        for dtype in dtypes:
+            ceiling_mts = ceiling / b.bytes_per_transition(dtype) / 1e6
+            _out(b.ceiling_line(ceiling, ceiling_mib, dtype))
+            rows = b.run_sizes(fns, sizes, reps, progress=_out, dtype=dtype, tfns=tfns)
+            _out(f"V-trace, {dtype}:")
+            _out(b.format_table(rows, names, ceiling_mts))
+            _out(b.footer(rows, ceiling_mts, rlax is not None))
+            if tfns:
+                _out(f"GAE and one-step targets, {dtype}:")
+                _out(b.format_targets(rows, {k: a for k, (_, a) in tfns.items()}, ceiling,
+                                      dtype))
+        if args.crossover:
+            _out("loop vs associative scan (float32):")
+            _out(b.format_crossover(b.crossover(reps, progress=_out)))
+        _out(f"load average at end: {os.getloadavg()[0]:.1f}")
         return 0
 
     return bench
