@@ -239,3 +239,19 @@ def test_continuous_prepare_compiles_each_placement_again(monkeypatch):
                     ("sync-gae", False)]
     with pytest.raises(ValueError, match="placements must be >= 1"):
         tc.prepare(["sync-gae"], 1, 512, placements=0)
+
+
+def test_estimator_rows_with_their_own_ceiling():
+    """A row timed with its own ceiling (GB/s) is judged against it, not the run's."""
+    rows = [dict(EST_ROWS[0], ceiling_gbs=57.6)]  # 57.6 GB/s / 24 B = 2400 M transitions/s
+    lines = estimators.format_table(rows, EST_NAMES, ceiling_mts=300.0).splitlines()
+    first = lines[1].split()
+    assert "stream M/s  ceil GB/s" in lines[0]
+    assert first[8] == "57.6" and first[-3:] == ["50%", "100%", "0.80"]
+    f64 = estimators.format_table(rows, EST_NAMES, 300.0, "float64").splitlines()[1].split()
+    assert f64[-3:] == ["100%", "200%", "0.80"]  # 48 B a transition
+    text = estimators.footer(rows, ceiling_mts=300.0, have_rlax=True)
+    assert "worst 50% at (128, 4096) (met)" in text and "worst 100% at (128, 4096) (met)" in text
+    targets = estimators.format_targets(rows, {"iw-td": 6, "gae": 5, "gae-via-vtrace": 5,
+                                               "rlax-gae": 5}, ceiling_bps=1.0).splitlines()
+    assert targets[1].split()[3:6] == ["24", "600", "25%"]  # 600e6 * 24 / 57.6e9

@@ -24,8 +24,9 @@ with rho = 1), each with its own minimum traffic (logged arrays read once, the o
 once), against ``vtrace`` with zero log-ratios (how GAE was computed before ``gae``) and
 ``rlax.truncated_generalized_advantage_estimation`` vmapped over time-major data.
 
-Memory-bandwidth ceiling: a large jitted, donated, in-place ``x * a + b`` measured in the same
-run (bytes read + written / time). A V-trace transition needs at least 6 arrays of traffic (4
+Memory-bandwidth ceiling: a large jitted, donated, in-place ``x * a + b`` (bytes read + written
+/ time), measured once at the start and again inside every size's round-robin (``ceil GB/s``:
+each row's ``%ceil`` uses its own, timed between its functions). A V-trace transition needs at least 6 arrays of traffic (4
 in, 2 out: 24 bytes in float32, 48 in float64), so the ceiling in transitions/s is the
 bandwidth over that; the ``%ceil`` columns are a throughput as a fraction of it.
 
@@ -207,6 +208,32 @@ def measure_ceiling(num_bytes: int, reps: int) -> float:
     return 2 * num_bytes / float(np.median(times))
 
 
+class Ceiling:
+    """The ceiling kernel as one more function of the round-robin: each call is the donated
+    in-place ``x * a + b`` of :func:`measure_ceiling` over ``num_bytes`` of float32, so every
+    row gets its own ceiling, timed between its own functions (the load moves during a run,
+    and it slows this two-core kernel more than the one-core loops)."""
+
+    def __init__(self, num_bytes: int):
+        self.num_bytes = num_bytes
+        self._update = jax.jit(lambda x: x * 1.0000001 + 1e-7, donate_argnums=0)
+        self._x = self._update(jnp.zeros((num_bytes // 4,), jnp.float32))
+
+    def __call__(self):
+        self._x = self._update(self._x)
+        return self._x
+
+    def gbs(self, seconds: float) -> float:
+        return 2 * self.num_bytes / seconds / 1e9
+
+
+def row_ceiling_mts(row: dict, ceiling_mts: float, dtype=np.float32) -> float:
+    """The row's own ceiling (M transitions/s) when it has one, else the run's."""
+    if "ceiling_gbs" in row:
+        return row["ceiling_gbs"] * 1e9 / bytes_per_transition(dtype) / 1e6
+    return ceiling_mts
+
+
 def _check_agreement(fns, tm_args, bm_args):
     """Sanity: our vs - values equals rlax's errors; scan and associative variants agree."""
     tol = dict(rtol=1e-4, atol=1e-4)
@@ -236,8 +263,10 @@ def _time_round_robin(calls: dict, reps: int) -> dict:
     return {name: float(np.median(ts)) for name, ts in times.items()}
 
 
-def bench_size(fns, num_t: int, batch: int, reps: int, dtype=np.float32) -> dict:
-    """Million transitions/s of every function at one (T, B): ``{name: M/s}``."""
+def bench_size(fns, num_t: int, batch: int, reps: int, dtype=np.float32,
+               ceiling: Optional[Ceiling] = None) -> dict:
+    """Million transitions/s of every function at one (T, B): ``{name: M/s}``, and with a
+    ``ceiling`` its GB/s timed in the same round-robin under ``"ceiling_gbs"``."""
     tm_args = make_inputs(num_t, batch, dtype=dtype)
     bm_args = None
     if any(layout == "bm" for _, layout, _ in fns.values()):
@@ -254,8 +283,13 @@ def bench_size(fns, num_t: int, batch: int, reps: int, dtype=np.float32) -> dict
         return make
 
     calls = {name: (fn, maker(layout, donates)) for name, (fn, layout, donates) in fns.items()}
+    if ceiling is not None:
+        calls["ceiling"] = (ceiling, tuple)
     secs = _time_round_robin(calls, reps)
-    return {name: num_t * batch / s / 1e6 for name, s in secs.items()}
+    row = {name: num_t * batch / s / 1e6 for name, s in secs.items() if name != "ceiling"}
+    if ceiling is not None:
+        row["ceiling_gbs"] = ceiling.gbs(secs["ceiling"])
+    return row
 
 
 def bench_targets(tfns, num_t: int, batch: int, reps: int, dtype=np.float32) -> dict:
@@ -305,14 +339,15 @@ def ceiling_line(ceiling: float, ceiling_mib: int, dtype=np.float32) -> str:
 
 def run_sizes(fns, sizes: Sequence[tuple], reps: int,
               progress: Optional[Callable[[str], None]] = None, dtype=np.float32,
-              tfns: Optional[dict] = None) -> list[dict]:
+              tfns: Optional[dict] = None, ceiling: Optional[Ceiling] = None) -> list[dict]:
     """One row per (T, B): ``{"T", "B", name: M transitions/s for every function}``, and with
     ``tfns`` the target functions' rates under ``"targets"``. ``progress`` (if given) receives
     a line after each size."""
     rows = []
     with precision(dtype):
         for num_t, batch in sizes:
-            row = {"T": num_t, "B": batch, **bench_size(fns, num_t, batch, reps, dtype)}
+            row = {"T": num_t, "B": batch,
+                   **bench_size(fns, num_t, batch, reps, dtype, ceiling)}
             if tfns:
                 row["targets"] = bench_targets(tfns, num_t, batch, reps, dtype)
             rows.append(row)
@@ -329,9 +364,12 @@ def _aligned(head: list[str], lines: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def format_table(rows: Sequence[dict], names: Sequence[str], ceiling_mts: float) -> str:
-    """Throughputs, ratios to rlax and fractions of the bandwidth ceiling, right-aligned."""
-    head = ["T", "B"] + [f"{n} M/s" for n in names]
+def format_table(rows: Sequence[dict], names: Sequence[str], ceiling_mts: float,
+                 dtype=np.float32) -> str:
+    """Throughputs, ratios to rlax and fractions of the bandwidth ceiling (each row's own
+    when it has one), right-aligned."""
+    per_row = bool(rows) and "ceiling_gbs" in rows[0]
+    head = ["T", "B"] + [f"{n} M/s" for n in names] + (["ceil GB/s"] if per_row else [])
     have_rlax = "rlax-BM" in names
     if have_rlax:
         head += ["ours/BM", "ours/TM", "inpl/BM", "inpl/TM"]
@@ -340,11 +378,13 @@ def format_table(rows: Sequence[dict], names: Sequence[str], ceiling_mts: float)
         head += ["ours/stream"]
     lines = []
     for r in rows:
+        ceil = row_ceiling_mts(r, ceiling_mts, dtype)
         cells = [str(r["T"]), str(r["B"])] + [f"{r[n]:.0f}" for n in names]
+        cells += [f"{r['ceiling_gbs']:.1f}"] if per_row else []
         if have_rlax:
             cells += [f"{r['ours'] / r['rlax-BM']:.2f}x", f"{r['ours'] / r['rlax-TM']:.2f}x",
                       f"{r['inplace'] / r['rlax-BM']:.2f}x", f"{r['inplace'] / r['rlax-TM']:.2f}x"]
-        cells += [f"{100 * r['ours'] / ceiling_mts:.0f}%", f"{100 * r['inplace'] / ceiling_mts:.0f}%"]
+        cells += [f"{100 * r['ours'] / ceil:.0f}%", f"{100 * r['inplace'] / ceil:.0f}%"]
         if "stream" in names:
             cells += [f"{r['ours'] / r['stream']:.2f}"]
         lines.append(cells)
@@ -361,8 +401,9 @@ def format_targets(rows: Sequence[dict], arrays: dict, ceiling_bps: float,
         t = r.get("targets", {})
         for name, rate in t.items():
             per = bytes_per_transition(dtype, arrays[name])
+            bps = r["ceiling_gbs"] * 1e9 if "ceiling_gbs" in r else ceiling_bps
             cells = [str(r["T"]), str(r["B"]), name, str(per), f"{rate:.0f}",
-                     f"{100 * rate * 1e6 * per / ceiling_bps:.0f}%"]
+                     f"{100 * rate * 1e6 * per / bps:.0f}%"]
             is_gae = name == "gae"
             cells.append(f"{rate / t['gae-via-vtrace']:.2f}x" if is_gae else "")
             cells.append(f"{rate / t['rlax-gae']:.2f}x" if is_gae and "rlax-gae" in t else "")
@@ -370,7 +411,8 @@ def format_targets(rows: Sequence[dict], arrays: dict, ceiling_bps: float,
     return _aligned(head, lines) if lines else ""
 
 
-def footer(rows: Sequence[dict], ceiling_mts: float, have_rlax: bool) -> str:
+def footer(rows: Sequence[dict], ceiling_mts: float, have_rlax: bool,
+           dtype=np.float32) -> str:
     """Load average at the end and the issue's targets, for the sizes that were run."""
     lines = [f"load average at end: {os.getloadavg()[0]:.1f} (other processes share the CPUs)"]
     if not rows:
@@ -385,12 +427,13 @@ def footer(rows: Sequence[dict], ceiling_mts: float, have_rlax: bool) -> str:
                      f"rlax-TM: {tm:.2f}x ({met(tm >= TARGET_VS_RLAX_TM)})")
     for key, name, target in (("ours", "ours", TARGET_OURS_CEILING),
                               ("inplace", "inplace", TARGET_INPLACE_CEILING)):
-        worst = min(rows, key=lambda r: r[key])
-        frac = worst[key] / ceiling_mts
+        worst = min(rows, key=lambda r: r[key] / row_ceiling_mts(r, ceiling_mts, dtype))
+        frac = worst[key] / row_ceiling_mts(worst, ceiling_mts, dtype)
         lines.append(f"target {name} >= {target:.0%} of the ceiling at every size: worst "
                      f"{frac:.0%} at ({worst['T']}, {worst['B']}) ({met(frac >= target)})")
     if "stream" in rows[0]:
-        fracs = ", ".join(f"{r['stream'] / ceiling_mts:.0%}" for r in rows)
+        fracs = ", ".join(f"{r['stream'] / row_ceiling_mts(r, ceiling_mts, dtype):.0%}"
+                          for r in rows)
         lines.append(f"stream (fresh outputs, no recursion) reaches {fracs} of the ceiling: "
                      "the most any allocating function can, here")
     return "\n".join(lines)
