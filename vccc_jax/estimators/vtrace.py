@@ -47,7 +47,10 @@ the time goes into the loop's kernels, so the step is written to need few of the
   one block, then the next), so the rows one step touches stay in L1/L2 at large B.
 
 At large sizes the cost is memory: 24 bytes per float32 transition at minimum (4 arrays in,
-2 out), and every fresh output buffer is page-faulted in on every call.
+2 out), and every fresh output buffer is page-faulted in on every call. The two output
+buffers are filled with different constants before the loop (write-only; one shared zero
+buffer was CSE'd and copied, a read + write pass more). Where the time goes on CPU, measured:
+docs/results.md, "Critic targets at memory speed".
 :func:`vtrace_inplace` donates ``log_rhos`` and ``rewards`` and runs the same loop *in
 place*: it carries those two buffers and overwrites row t with ``vs_t`` / ``pg_t`` one
 iteration after reading it (a one-step lag, so no kernel reads a row another kernel has
@@ -57,7 +60,10 @@ already overwritten and XLA inserts no copies), so it allocates no output memory
 linear recurrence ``y_t = x_t + a_t y_{t+1}`` (log-depth, fully parallel passes). With
 ``n_steps < T`` all variants use an exact O(n T) Horner recursion
 ``y^{(m)}_t = x_t + a_t y^{(m-1)}_{t+1}`` over whole arrays (no difference of two scans, so
-no cancellation).
+no cancellation). :func:`vtrace` picks the loop or the associative scan per backend and
+shape by :func:`scan_method` from the measured table ``ASSOCIATIVE_WINS`` (docs/scaling.md;
+on CPU the loop everywhere). :func:`gae` is the same loop with rho == 1: no log-ratio array,
+no exp.
 
 Value checks (discounts in [0, 1], lambda in [0, 1]) run at the API boundary when the
 arguments are concrete; inside ``jit``/``vmap`` only shapes, ranks and static arguments can
@@ -427,6 +433,9 @@ def _call(core, method, log_rhos, discounts, rewards, values, bootstrap_value, *
     lambda_static = None
     if checks.is_concrete(lambda_):
         lambda_static, lambda_ = float(lambda_), None
+    if method == "auto":  # shapes are valid now
+        shape = np.shape(values)
+        method = scan_method(jax.default_backend(), shape[0], math.prod(shape[1:]))
     return core(log_rhos, discounts, rewards, values, bootstrap_value, truncations,
                 truncation_values, lambda_, lambda_static=lambda_static, thresholds=thresholds,
                 n_steps=n_steps, stop_target_gradients=bool(stop_target_gradients),
@@ -476,9 +485,7 @@ def vtrace(
       batch, a wrong-rank bootstrap_value, non-positive thresholds, an invalid n_steps, and (concrete arguments only) discounts
       or lambda_ outside [0, 1].
     """
-    method = scan_method(jax.default_backend(), np.shape(values)[0],
-                         math.prod(np.shape(values)[1:]))
-    return _call(_core_jit, method, log_rhos, discounts, rewards, values, bootstrap_value,
+    return _call(_core_jit, "auto", log_rhos, discounts, rewards, values, bootstrap_value,
                  lambda_=lambda_, clip_rho_threshold=clip_rho_threshold,
                  clip_c_threshold=clip_c_threshold,
                  clip_pg_rho_threshold=clip_pg_rho_threshold, truncations=truncations,
