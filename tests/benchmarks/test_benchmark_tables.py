@@ -7,36 +7,70 @@ import pytest
 
 from vccc_jax.benchmarks import estimators, tabular, train
 
-EST_NAMES = ["ours", "inplace", "assoc", "rlax-BM", "rlax-TM"]
+EST_NAMES = ["ours", "inplace", "assoc", "rlax-BM", "rlax-TM", "stream"]
 EST_ROWS = [{"T": 128, "B": 4096, "ours": 1200.0, "inplace": 2400.0, "assoc": 300.0,
-             "rlax-BM": 600.0, "rlax-TM": 1000.0},
+             "rlax-BM": 600.0, "rlax-TM": 1000.0, "stream": 1500.0,
+             "targets": {"iw-td": 600.0, "gae": 800.0, "gae-via-vtrace": 400.0,
+                         "rlax-gae": 200.0}},
             {"T": 512, "B": 65536, "ours": 90.0, "inplace": 150.0, "assoc": 30.0,
-             "rlax-BM": 60.0, "rlax-TM": 75.0}]
+             "rlax-BM": 60.0, "rlax-TM": 75.0, "stream": 100.0}]
 
 
 def test_estimator_settings_defaults():
     assert estimators.settings(quick=True) == (estimators.QUICK_SIZES, 5, 64)
     assert estimators.settings() == (estimators.FULL_SIZES, 9, 512)
     assert estimators.settings(reps=3, sizes=[(8, 16)], ceiling_mib=2) == (((8, 16),), 3, 2)
+    assert estimators.FULL_SIZES == ((128, 4096), (1024, 4096), (32, 65536), (512, 65536))
+    assert estimators.bytes_per_transition() == estimators.BYTES_PER_TRANSITION == 24
+    assert estimators.bytes_per_transition("float64", 5) == 40
 
 
 def test_estimator_table_columns_and_ratios():
     lines = estimators.format_table(EST_ROWS, EST_NAMES, ceiling_mts=300.0).splitlines()
     head = lines[0].split()
-    assert head[:2] == ["T", "B"] and "ours/BM" in head and head[-1] == "%ceil"
+    assert head[:2] == ["T", "B"] and "ours/BM" in head and head[-1] == "ours/stream"
     first = lines[1].split()
     assert first[:3] == ["128", "4096", "1200"]
-    # ours/BM, ours/TM, inpl/BM, inpl/TM, ours %ceil, inpl %ceil
-    assert first[-6:] == ["2.00x", "1.20x", "4.00x", "2.40x", "400%", "800%"]
+    # ours/BM, ours/TM, inpl/BM, inpl/TM, ours %ceil, inpl %ceil, ours/stream
+    assert first[-7:] == ["2.00x", "1.20x", "4.00x", "2.40x", "400%", "800%", "0.80"]
     widths = {len(line) for line in lines}
     assert len(widths) == 1  # right-aligned columns
 
 
-def test_estimator_footer_reports_targets_of_the_sizes_run():
+def test_estimator_footer_reports_the_issue_targets():
     text = estimators.footer(EST_ROWS, ceiling_mts=300.0, have_rlax=True)
-    assert "at (128, 4096): 2.00x; >= 1.2x rlax-TM: 1.20x" in text
-    assert "ours 30%, inplace 50%" in text
+    assert "at (128, 4096): 2.00x (NOT met); >= 2x rlax-TM: 1.20x (NOT met)" in text
+    assert "ours >= 50% of the ceiling at every size: worst 30% at (512, 65536) (NOT met)" in text
+    assert "inplace >= 60% of the ceiling at every size: worst 50% at (512, 65536)" in text
+    assert "reaches 500%, 33% of the ceiling" in text
+    fast = [dict(EST_ROWS[0], **{"rlax-BM": 300.0, "rlax-TM": 600.0})]
+    assert "4.00x (met); >= 2x rlax-TM: 2.00x (met)" in estimators.footer(fast, 300.0, True)
     assert "target" not in estimators.footer(EST_ROWS[:0], 300.0, True)
+
+
+def test_estimator_targets_table_bytes_and_ratios():
+    arrays = {"iw-td": 6, "gae": 5, "gae-via-vtrace": 5, "rlax-gae": 5}
+    text = estimators.format_targets(EST_ROWS, arrays, ceiling_bps=24e9)
+    lines = text.splitlines()
+    assert lines[0].split() == ["T", "B", "target", "B/tr", "M/s", "%ceil", "vs",
+                                "gae-via-vtrace", "vs", "rlax-gae"]
+    rows = {line.split()[2]: line.split() for line in lines[1:]}
+    assert set(rows) == set(arrays)  # only the size that has targets
+    assert rows["iw-td"][3:6] == ["24", "600", "60%"]  # 600e6 * 24 B / 24 GB/s
+    assert rows["gae"][3:] == ["20", "800", "67%", "2.00x", "4.00x"]
+    f64 = estimators.format_targets(EST_ROWS, arrays, 24e9, "float64").splitlines()
+    assert [r.split()[3] for r in f64[1:]][:2] == ["48", "40"]
+
+
+def test_crossover_table_and_rule_text():
+    rows = [{"T": 32, "B": 1, "scan_s": 1.0, "assoc_s": 2.0},
+            {"T": 32, "B": 16, "scan_s": 3.0, "assoc_s": 1.0},
+            {"T": 128, "B": 1, "scan_s": 1.0, "assoc_s": 4.0}]
+    lines = estimators.format_crossover(rows).splitlines()
+    assert lines[0].split() == ["T", "\\", "B", "1", "16"]
+    assert lines[1].split() == ["32", "0.50", "3.00"] and lines[2].split() == ["128", "0.25", "-"]
+    assert lines[-1].endswith("associative wins at (32, 16)")
+    assert "wins nowhere" in estimators.format_crossover(rows[:1])
 
 
 def test_tabular_rows_table():
@@ -205,3 +239,19 @@ def test_continuous_prepare_compiles_each_placement_again(monkeypatch):
                     ("sync-gae", False)]
     with pytest.raises(ValueError, match="placements must be >= 1"):
         tc.prepare(["sync-gae"], 1, 512, placements=0)
+
+
+def test_estimator_rows_with_their_own_ceiling():
+    """A row timed with its own ceiling (GB/s) is judged against it, not the run's."""
+    rows = [dict(EST_ROWS[0], ceiling_gbs=57.6)]  # 57.6 GB/s / 24 B = 2400 M transitions/s
+    lines = estimators.format_table(rows, EST_NAMES, ceiling_mts=300.0).splitlines()
+    first = lines[1].split()
+    assert "stream M/s  ceil GB/s" in lines[0]
+    assert first[8] == "57.6" and first[-3:] == ["50%", "100%", "0.80"]
+    f64 = estimators.format_table(rows, EST_NAMES, 300.0, "float64").splitlines()[1].split()
+    assert f64[-3:] == ["100%", "200%", "0.80"]  # 48 B a transition
+    text = estimators.footer(rows, ceiling_mts=300.0, have_rlax=True)
+    assert "worst 50% at (128, 4096) (met)" in text and "worst 100% at (128, 4096) (met)" in text
+    targets = estimators.format_targets(rows, {"iw-td": 6, "gae": 5, "gae-via-vtrace": 5,
+                                               "rlax-gae": 5}, ceiling_bps=1.0).splitlines()
+    assert targets[1].split()[3:6] == ["24", "600", "25%"]  # 600e6 * 24 / 57.6e9

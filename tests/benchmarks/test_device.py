@@ -30,8 +30,13 @@ def test_cheap_sections_write_json_and_table(tmp_path, tiny):
     if saved["sections"]["vtrace"]["result"]["rlax"]:
         assert row["ours_vs_rlax_bm"] == pytest.approx(row["ours"] / row["rlax-BM"])
     assert res["sections"].keys() == saved["sections"].keys()
+    # the loop-vs-associative grid behind vtrace.ASSOCIATIVE_WINS, both timed per cell
+    cross = saved["sections"]["vtrace"]["result"]["crossover"]
+    assert [(c["T"], c["B"]) for c in cross] == [(8, 1), (8, 16), (64, 1), (64, 16)]
+    assert all(c["scan_s"] > 0 and c["assoc_s"] > 0 for c in cross)
     md = (tmp_path / "device.md").read_text()
     assert "## vtrace: ok" in md and "| 16 | 128 |" in md and "GB/s" in md
+    assert "loop vs associative scan" in md and "T \\ B" in md
 
 
 def test_failures_are_skipped_with_reason_and_json_is_written_as_it_goes(

@@ -56,6 +56,8 @@ def test_unknown_or_missing_benchmark(capsys):
     (["estimators", "--sizes", "128,x"], "expected T,B"),
     (["estimators", "--sizes", "128,4096,2"], "expected T,B"),
     (["estimators", "--reps", "-1"], "--reps"),
+    (["estimators", "--dtypes", "float16"], "subset of float32,float64"),
+    (["estimators", "--dtypes", "float32,float32"], "subset of float32,float64"),
     (["tabular", "--repeats", "0"], "--repeats"),
     (["tabular", "--min-time", "fast"], "--min-time"),
     (["train", "--rows", "sync-gae,nope"], "unknown rows ['nope']"),
@@ -79,7 +81,9 @@ def test_bad_values_are_one_line(argv, match, capsys):
 def test_valid_flags_return_the_work_without_running_it():
     """Validation only: main's guarded phase returns a thunk (the measurement) for valid flags."""
     undecorated = bench.main.__wrapped__
-    for argv in (["estimators", "--quick", "--sizes", "8,16"], ["tabular", "--small"],
+    for argv in (["estimators", "--quick", "--sizes", "8,16"],
+                 ["estimators", "--dtypes", "float64", "--crossover", "--no-targets"],
+                 ["tabular", "--small"],
                  ["train", "--rows", "reference,lag8-vccc", "--timesteps", "1024"],
                  ["scale", "--devices", "1"], ["routes", "--routes", "exact,off", "--updates", "2"],
                  ["device", "--out", "x", "--sections", "host,vtrace", "--budget", "60"]):

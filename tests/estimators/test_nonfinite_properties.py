@@ -255,6 +255,7 @@ EMPTY = jnp.zeros((0, 2))
     (lambda: E.vtrace(EMPTY, EMPTY, EMPTY, EMPTY, jnp.zeros(2)), "values"),
     (lambda: E.vtrace_associative(EMPTY, EMPTY, EMPTY, EMPTY, jnp.zeros(2)), "values"),
     (lambda: E.vtrace_inplace(EMPTY, EMPTY, EMPTY, EMPTY, jnp.zeros(2)), "values"),
+    (lambda: E.gae(EMPTY, EMPTY, EMPTY, jnp.zeros(2)), "values"),
     (lambda: E.vtrace(jnp.zeros((3, 0)), *[jnp.zeros((3, 0))] * 3, jnp.zeros(0)), "values"),
     (lambda: brace.brace(EMPTY, EMPTY, EMPTY, EMPTY, jnp.zeros(2), n=2), "values"),
     (lambda: rac.channel_residuals(EMPTY, EMPTY, EMPTY, EMPTY, jnp.zeros(2)), "values"),
@@ -288,10 +289,10 @@ COVERED = {  # every public name that takes log-ratios / log-probs is exercised 
     "centering_term_topk", "get_critic_target", "CRITIC_TARGETS", "ACTOR_CORRECTIONS",
     "get_actor_correction",
 }
-NO_LOG_RATIOS = {  # types, constants and the registry's plumbing
+NO_LOG_RATIOS = {  # types, constants, the registry's plumbing, and GAE (rho == 1)
     "Transitions", "TargetExtras", "CriticTarget", "register_critic_target", "WEIGHT_KINDS",
     "MAX_LOG_RHO", "RatioDiagnostics", "VTraceOutput", "ActorCorrection",
-    "register_actor_correction",
+    "register_actor_correction", "gae", "GAEOutput",
 }
 
 

@@ -306,6 +306,55 @@ def test_on_policy_is_gae_lambda_return(method, lam):
         np.testing.assert_allclose(out.pg_advantages, pg, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("lam", [0.0, 0.95, 1.0])
+def test_gae_is_eq11_with_rho_one(lam):
+    """gae(): returns = Eq 11's v_t with log_rhos = 0 (the reference's double loop, with
+    episode ends and time-limit truncations), advantages = returns - values, float64."""
+    with jax.enable_x64(True):
+        p = make_inputs(SHAPE, seed=11, trunc_p=0.25)
+        vs, _ = reference(**{**p, "log_rhos": np.zeros(SHAPE)}, lambda_=lam)
+        args = as_jax({k: x for k, x in p.items() if k != "log_rhos"}, jnp.float64)
+        out = vt.gae(**args, lambda_=lam)
+        assert out.returns.dtype == jnp.float64 and out.returns.shape == SHAPE
+        np.testing.assert_allclose(out.returns, vs, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(out.advantages, vs - p["values"], rtol=1e-10, atol=1e-10)
+
+
+def test_gae_float32_column_blocks_traced_lambda_and_no_gradient():
+    """Width 12288 (several column blocks) in float32 against the float64 reference; a traced
+    lambda inside jit gives the same numbers; targets carry no gradient by default."""
+    shape = (5, 12288)
+    p = make_inputs(shape, seed=12, trunc_p=0.1)
+    vs, _ = reference(**{**p, "log_rhos": np.zeros(shape)}, lambda_=0.9)
+    args = as_jax({k: x for k, x in p.items() if k != "log_rhos"}, jnp.float32)
+    out = vt.gae(**args, lambda_=0.9)
+    np.testing.assert_allclose(out.returns, vs, rtol=2e-5, atol=2e-5)
+    traced = jax.jit(lambda lam, **kw: vt.gae(**kw, lambda_=lam))(jnp.float32(0.9), **args)
+    np.testing.assert_allclose(traced.returns, out.returns, rtol=1e-6, atol=1e-6)
+    grad = jax.grad(lambda v: vt.gae(**{**args, "values": v}, lambda_=0.9).returns.sum())
+    np.testing.assert_array_equal(grad(args["values"]), 0.0)
+
+
+def test_gae_checks_its_arguments():
+    p = as_jax(make_inputs((4, 3), seed=13), jnp.float32)
+    with pytest.raises(ValueError, match="rewards"):
+        vt.gae(p["discounts"], p["rewards"][:3], p["values"], p["bootstrap_value"])
+    with pytest.raises(ValueError, match="lambda_"):
+        vt.gae(p["discounts"], p["rewards"], p["values"], p["bootstrap_value"], lambda_=1.5)
+
+
+def test_scan_method_rule():
+    """The associative scan only where the measured rule says so: nowhere on CPU."""
+    assert vt.ASSOCIATIVE_WINS["cpu"] is None
+    assert {vt.scan_method("cpu", t, b) for t in (1, 1024, 2**16) for b in (1, 4096)} == {"scan"}
+    assert vt.scan_method("unmeasured", 4096, 1) == "scan"
+    rules = {**vt.ASSOCIATIVE_WINS, "fake": (256, 64)}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vt, "ASSOCIATIVE_WINS", rules)
+        assert vt.scan_method("fake", 256, 64) == "associative"
+        assert vt.scan_method("fake", 255, 64) == vt.scan_method("fake", 256, 65) == "scan"
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_batch_with_episode_ends_and_truncations_equals_separate_episodes(method):
     """Three episodes in one time axis: one ends by termination (discount 0), one is cut by

@@ -9,7 +9,9 @@ still leaves what it measured):
   bandwidth  the memory-bandwidth ceiling: a donated in-place update of a large buffer
              (``benchmarks.estimators.measure_ceiling``; bytes read + written / time)
   vtrace     V-trace, every variant (scan, in-place, associative) vs rlax (batch- and
-             time-major callers) and vs that ceiling (``benchmarks.estimators``)
+             time-major callers) and vs that ceiling (``benchmarks.estimators``), then the
+             loop against the associative scan over a (T, B) grid: the crossover that
+             ``estimators.vtrace.ASSOCIATIVE_WINS`` records per backend
   trainer    env steps/s of our trainer (synchronous GAE and lagged VCCC) vs the
              PureJaxRL-style reference in the same process (``benchmarks.train``), at 1
              and 64 seeds (4 envs) and at 1k and 4k envs (1 seed); cold and warm compile
@@ -41,12 +43,15 @@ import jax
 SECTIONS = ("host", "bandwidth", "vtrace", "trainer", "token", "scale", "compile")
 BUDGET_S = 450.0  # the whole run (the target: under 8 minutes)
 # Share of the whole budget each section may use (what is left over passes on).
-SHARE = {"host": 0.01, "bandwidth": 0.04, "vtrace": 0.12, "trainer": 0.50, "token": 0.13,
+SHARE = {"host": 0.01, "bandwidth": 0.04, "vtrace": 0.18, "trainer": 0.44, "token": 0.13,
          "scale": 0.20, "compile": 0.0}
 
 FULL = {
     "ceiling_mib": 1024, "vtrace_sizes": ((128, 4096), (1024, 4096), (512, 65536)),
     "vtrace_reps": 9,
+    # loop vs associative scan: T down, B across (cells up to 2^24 transitions)
+    "crossover": {"num_ts": (32, 128, 1024, 4096, 16384), "batches": (1, 16, 256, 4096, 65536),
+                  "max_size": 2**24, "reps": 5},
     # (label, seeds, envs, env steps per seed, rows): steps make a run of ~0.1-2 s on a GPU
     "trainer": (("1 seed x 4 envs", 1, 4, 2**17, ("reference", "sync-gae", "lag8-vccc")),
                 ("64 seeds x 4 envs", 64, 4, 2**16, ("reference", "lag8-vccc")),
@@ -60,6 +65,7 @@ FULL = {
 }
 SMALL = {
     "ceiling_mib": 16, "vtrace_sizes": ((32, 256), (64, 1024)), "vtrace_reps": 3,
+    "crossover": {"num_ts": (8, 64), "batches": (1, 16), "max_size": 2**10, "reps": 2},
     # one config: a CPU compiles each trainer in 10-80 s (the reference needs 4 x 128 steps)
     "trainer": (("1 seed x 4 envs", 1, 4, 4 * 128, ("reference", "lag8-vccc")),),
     "repeats": 1, "warm": ("1 seed x 4 envs",), "trainer_overrides": {},
@@ -143,7 +149,15 @@ def vtrace(cfg: dict, clock: Clock, log: Callable[[str], None], ceiling: Optiona
             row["inplace_of_ceiling"] = row["inplace"] / ceiling
         rows.append(row)
         log(f"  vtrace T={num_t} B={batch}: ours {row['ours']:.0f} M/s")
+    # The measurement behind vtrace.ASSOCIATIVE_WINS on this backend (docs/scaling.md).
+    grid = cfg["crossover"]
+    cross = est.crossover(grid["reps"], grid["num_ts"], grid["batches"], grid["max_size"],
+                          stop=lambda: clock.left() < 3.0)
+    cells = len([1 for t in grid["num_ts"] for b in grid["batches"] if t * b <= grid["max_size"]])
+    if len(cross) < cells:
+        skipped.append(f"crossover: {cells - len(cross)} of {cells} cells (section time budget spent)")
     return {"variants": list(fns), "rlax": rlax is not None, "rows": rows, "skipped": skipped,
+            "crossover": cross, "crossover_table": est.format_crossover(cross) if cross else "",
             "note": "" if rlax else "rlax not installed (pip install 'vccc_jax[bench]')"}
 
 
@@ -374,6 +388,9 @@ def format_report(result: dict) -> str:
                              + "".join(f" | {row[c]:.2f}" for c in extra) + " |")
             if r.get("note"):
                 lines.append(r["note"])
+            if r.get("crossover_table"):
+                lines += ["", "loop vs associative scan (vtrace.ASSOCIATIVE_WINS):", "```",
+                          r["crossover_table"], "```"]
         elif name == "trainer" and r.get("rows"):
             lines += ["| config | run | env steps/s | vs reference | compile s cold | "
                       "compile s warm | run s |", "|---|---|---:|---:|---:|---:|---:|"]

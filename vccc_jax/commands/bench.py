@@ -22,6 +22,7 @@ wrong>`` on stderr and exit status 2 (:mod:`vccc_jax.commands.common`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Optional
 
@@ -77,6 +78,15 @@ def _size(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def _dtypes(text: str) -> list[str]:
+    """``float32,float64`` -> ["float32", "float64"] (each at most once, at least one)."""
+    names = [d.strip() for d in text.split(",") if d.strip()]
+    if not names or any(d not in ("float32", "float64") for d in names) or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated subset of float32,float64, got {text!r}")
+    return names
+
+
 def _out(line: str) -> None:
     print(line, flush=True)
 
@@ -101,6 +111,13 @@ def estimators_parser() -> Parser:
                    help="override the (T, B) list, e.g. --sizes 128,4096 512,65536")
     p.add_argument("--ceiling-mib", type=_nonnegative_int, default=None,
                    help="buffer size of the bandwidth ceiling measurement (MiB)")
+    p.add_argument("--dtypes", type=_dtypes, default=["float32", "float64"],
+                   help="comma-separated precisions, each a full set of tables "
+                        "(default float32,float64)")
+    p.add_argument("--no-targets", action="store_true",
+                   help="V-trace only (skip GAE and the one-step targets)")
+    p.add_argument("--crossover", action="store_true",
+                   help="also time the loop against the associative scan over a (T, B) grid")
     return p
 
 
@@ -110,17 +127,32 @@ def estimators(argv: list[str]) -> Callable[[], int]:
     args = estimators_parser().parse_args(argv)
     sizes, reps, ceiling_mib = b.settings(args.quick, args.reps, args.sizes, args.ceiling_mib)
 
+    dtypes = args.dtypes
+
     def bench() -> int:
         rlax = b.load_rlax()
         fns = b.build_functions(rlax)
+        tfns = None if args.no_targets else b.build_target_functions(rlax)
         names = list(fns)
         _out(b.header(reps, rlax is not None))
         ceiling = b.measure_ceiling(ceiling_mib * 2**20, reps=max(reps, 5))
-        ceiling_mts = ceiling / b.BYTES_PER_TRANSITION / 1e6
-        _out(b.ceiling_line(ceiling, ceiling_mib))
-        rows = b.run_sizes(fns, sizes, reps, progress=_out)
-        _out(b.format_table(rows, names, ceiling_mts))
-        _out(b.footer(rows, ceiling_mts, rlax is not None))
+        per_row = b.Ceiling(ceiling_mib * 2**20)
+        for dtype in dtypes:
+            ceiling_mts = ceiling / b.bytes_per_transition(dtype) / 1e6
+            _out(b.ceiling_line(ceiling, ceiling_mib, dtype))
+            rows = b.run_sizes(fns, sizes, reps, progress=_out, dtype=dtype, tfns=tfns,
+                               ceiling=per_row)
+            _out(f"V-trace, {dtype} (%ceil: each row's own ceiling, ceil GB/s):")
+            _out(b.format_table(rows, names, ceiling_mts, dtype))
+            _out(b.footer(rows, ceiling_mts, rlax is not None, dtype))
+            if tfns:
+                _out(f"GAE and one-step targets, {dtype}:")
+                _out(b.format_targets(rows, {k: a for k, (_, a) in tfns.items()}, ceiling,
+                                      dtype))
+        if args.crossover:
+            _out("loop vs associative scan (float32):")
+            _out(b.format_crossover(b.crossover(reps, progress=_out)))
+        _out(f"load average at end: {os.getloadavg()[0]:.1f}")
         return 0
 
     return bench

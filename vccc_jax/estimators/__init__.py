@@ -9,7 +9,8 @@ importance     log-ratios -> ratios, truncation, double-sided masks, Z(s), diagn
 critic_targets one-step targets: uncorrected, VCCC (Eq 4/8), clipped (Eq 10), naive and
                Z-centred general-baseline clipped (Sec 4.2), empirical b* (Eq 9)
 vtrace         n-step / lambda V-trace (Eq 11): reverse scan (vtrace), associative scan
-               (vtrace_associative), donating in-place variant (vtrace_inplace)
+               (vtrace_associative), donating in-place variant (vtrace_inplace), and
+               GAE(gamma, lambda) in the same loop without ratios (gae)
 actor          PPO / IS surrogates with score centering (Eq 2, 13)
 registry       the ONE critic-target table (name, weight kind, uses-clip, function)
 actor_registry the ONE actor-correction table (issue 21): TIS / MIS / IcePop / sequence
@@ -55,7 +56,9 @@ from vccc_jax.estimators.registry import (
 )
 from vccc_jax.estimators.types import Transitions
 from vccc_jax.estimators.vtrace import (
+    GAEOutput,
     VTraceOutput,
+    gae,
     vtrace,
     vtrace_associative,
     vtrace_inplace,
@@ -73,6 +76,8 @@ __all__ = [
     "naive_clipped_target", "centered_clipped_target", "optimal_baseline",
     # V-trace (Eq 11)
     "vtrace", "vtrace_associative", "vtrace_inplace", "VTraceOutput",
+    # GAE(gamma, lambda): Eq 11 with rho == 1, one pass
+    "gae", "GAEOutput",
     # actor (Eq 2, 13)
     "policy_loss", "centering_term", "centering_term_topk",
     # the actor-correction table (issue 21)

@@ -47,7 +47,10 @@ the time goes into the loop's kernels, so the step is written to need few of the
   one block, then the next), so the rows one step touches stay in L1/L2 at large B.
 
 At large sizes the cost is memory: 24 bytes per float32 transition at minimum (4 arrays in,
-2 out), and every fresh output buffer is page-faulted in on every call.
+2 out), and every fresh output buffer is page-faulted in on every call. The two output
+buffers are filled with different constants before the loop (write-only; one shared zero
+buffer was CSE'd and copied, a read + write pass more). Where the time goes on CPU, measured:
+docs/results.md, "Critic targets at memory speed".
 :func:`vtrace_inplace` donates ``log_rhos`` and ``rewards`` and runs the same loop *in
 place*: it carries those two buffers and overwrites row t with ``vs_t`` / ``pg_t`` one
 iteration after reading it (a one-step lag, so no kernel reads a row another kernel has
@@ -57,7 +60,10 @@ already overwritten and XLA inserts no copies), so it allocates no output memory
 linear recurrence ``y_t = x_t + a_t y_{t+1}`` (log-depth, fully parallel passes). With
 ``n_steps < T`` all variants use an exact O(n T) Horner recursion
 ``y^{(m)}_t = x_t + a_t y^{(m-1)}_{t+1}`` over whole arrays (no difference of two scans, so
-no cancellation).
+no cancellation). :func:`vtrace` picks the loop or the associative scan per backend and
+shape by :func:`scan_method` from the measured table ``ASSOCIATIVE_WINS`` (docs/scaling.md;
+on CPU the loop everywhere). :func:`gae` is the same loop with rho == 1: no log-ratio array,
+no exp.
 
 Value checks (discounts in [0, 1], lambda in [0, 1]) run at the API boundary when the
 arguments are concrete; inside ``jit``/``vmap`` only shapes, ranks and static arguments can
@@ -87,6 +93,33 @@ Array = chex.Array
 # outputs), which stay in L2 (see vccc_jax/benchmarks/estimators.py).
 _BLOCK = 8192
 _MIN_BLOCK = 1024
+
+
+# Where the associative scan beats the sequential loop, per backend: (min T, max width of
+# the flattened batch), or None = nowhere. Measured by `vccc bench estimators --crossover`
+# (docs/scaling.md): on CPU the loop wins at every (T, B) from (32, 1) to (4096, 4096).
+# Backends not listed (GPU, TPU) are not measured yet and use the loop too; `make
+# bench-device` prints the same grid there.
+ASSOCIATIVE_WINS: dict = {"cpu": None}
+
+_RHO_ONE = object()  # log_rhos stand-in of gae() (rho == 1)
+
+
+def scan_method(platform: str, num_t: int, width: int) -> str:
+    """'associative' where ``ASSOCIATIVE_WINS`` says it wins on ``platform``, else 'scan'."""
+    rule = ASSOCIATIVE_WINS.get(platform)
+    if rule is None:
+        return "scan"
+    min_t, max_width = rule
+    return "associative" if num_t >= min_t and width <= max_width else "scan"
+
+
+class GAEOutput(NamedTuple):
+    """returns: the lambda-returns Vbar(s_t) + A_t (the GAE value target), [T, ...].
+    advantages: A_t = GAE(gamma, lambda) advantages, [T, ...]."""
+
+    returns: Array
+    advantages: Array
 
 
 class VTraceOutput(NamedTuple):
@@ -134,6 +167,8 @@ def _validate(log_rhos, discounts, rewards, values, bootstrap_value, lambda_,
               truncations, truncation_values, n_steps):
     """Static checks (always) and value checks (concrete arguments only)."""
     named = dict(log_rhos=log_rhos, discounts=discounts, rewards=rewards, values=values)
+    if log_rhos is _RHO_ONE:  # gae(): rho == 1, no log-ratios
+        del named["log_rhos"]
     for name, x in named.items():
         if x is None:
             raise ValueError(f"{name} is required")
@@ -141,8 +176,7 @@ def _validate(log_rhos, discounts, rewards, values, bootstrap_value, lambda_,
         if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
             raise ValueError(f"{name} must be a floating-point array, got dtype {jnp.result_type(x)}")
     # values first, so messages read "<arg> has shape .. but values has shape ..".
-    checks.check_same_shape(values=values, log_rhos=log_rhos, discounts=discounts,
-                            rewards=rewards)
+    checks.check_same_shape(values=values, **{k: x for k, x in named.items() if k != "values"})
     checks.check_nonempty("values", values)
     batch_shape = np.shape(values)[1:]
     if bootstrap_value is None:
@@ -204,14 +238,19 @@ def _block_size(width: int) -> int:
 def _row_step(lr, r, d, v, v_next, trunc, tv, acc, lambda_, thresholds):
     """One time step for one row: ratio, clips, delta and both outputs, all elementwise.
 
-    ``acc`` = vs_{t+1} - Vbar(s_{t+1}); returns (vs_t - Vbar(s_t), vs_t, pg_t).
+    ``acc`` = vs_{t+1} - Vbar(s_{t+1}); returns (vs_t - Vbar(s_t), vs_t, pg_t). ``lr=None``
+    is rho == 1 (GAE, :func:`gae`): no log-ratio is read, no exp is taken and the third
+    output is the GAE advantage vs_t - Vbar(s_t).
     """
-    rho_c, c, rho_pg = _coefficients(safe_ratios(lr), lambda_, *thresholds)
     g = d  # the discount that continues the trace (0 past a time-limit truncation)
     if trunc is not None:
         v_next = jnp.where(trunc, tv, v_next)
         g = jnp.where(trunc, jnp.zeros_like(d), d)
     delta = r + d * v_next - v
+    if lr is None:
+        acc_t = delta + (g * lambda_) * acc
+        return acc_t, v + acc_t, acc_t
+    rho_c, c, rho_pg = _coefficients(safe_ratios(lr), lambda_, *thresholds)
     acc_t = rho_c * delta + (g * c) * acc
     if thresholds[0] == thresholds[1] == thresholds[2]:
         # rho_pg = rho^c = w and c = lambda w: pg = w (delta + g acc) = acc_t + (1 - lambda) g w acc,
@@ -262,19 +301,29 @@ def _reverse_loop(lr, d, r, v, bootstrap, trunc, tv, lambda_, thresholds, *, in_
             return (lax.dynamic_update_slice(vs_buf, vs[None], at),
                     lax.dynamic_update_slice(pg_buf, pg[None], at), acc)
 
-        vs, pg, _ = lax.fori_loop(0, total, body, (jnp.zeros_like(v), jnp.zeros_like(v), acc0))
+        # Two different fill values: one shared zero buffer would be CSE'd and then copied
+        # (a read + write pass over [T, B] before the loop); two fills are write-only.
+        vs_buf, pg_buf = jnp.zeros_like(v), jnp.full_like(v, jnp.nan)
+        vs, pg, _ = lax.fori_loop(0, total, body, (vs_buf, pg_buf, acc0))
         return vs, pg
 
-    at0, (acc, vs, pg) = step(0, acc0, lr, r)
+    # The carry holds the previous step's accumulator, and its pg row only when pg is not
+    # the accumulator itself (lambda = 1, equal clips): vs_{t'} = Vbar(s_{t'}) + acc_{t'} is
+    # recomputed inside the kernel that writes it (Vbar's row is still in cache), so no row
+    # temporary and no row copy per step (10 -> 8 kernels per step at lambda = 1).
+    at0, (acc, _, pg) = step(0, acc0, lr, r)
+    pg_is_acc = pg is acc
 
     def body(i, state):
-        a, b, at_prev, acc, vs, pg = state
+        a, b, at_prev, acc, pg = state
+        vs = row(v, *at_prev) + acc
         a = lax.dynamic_update_slice(a, vs[None], at_prev)
-        b = lax.dynamic_update_slice(b, pg[None], at_prev)
-        at, (acc, vs, pg) = step(i, acc, a, b)
-        return a, b, at, acc, vs, pg
+        b = lax.dynamic_update_slice(b, (acc if pg_is_acc else pg)[None], at_prev)
+        at, (acc, _, pg) = step(i, acc, a, b)
+        return a, b, at, acc, None if pg_is_acc else pg
 
-    a, b, *_ = lax.fori_loop(1, total + 1, body, (lr, r, at0, acc, vs, pg))
+    init = (lr, r, at0, acc, None if pg_is_acc else pg)
+    a, b, *_ = lax.fori_loop(1, total + 1, body, init)
     return a, b
 
 
@@ -327,15 +376,16 @@ def _core(log_rhos, discounts, rewards, values, bootstrap_value, truncations,
     caller passed a concrete lambda, so constants fold (and lambda = 1 takes a shortcut)."""
     num_t = values.shape[0]
     batch_shape = values.shape[1:]
-    dtype = jnp.result_type(log_rhos, discounts, rewards, values, bootstrap_value)
+    floats = (discounts, rewards, values, bootstrap_value)
+    dtype = jnp.result_type(*floats, *(() if log_rhos is None else (log_rhos,)))
     if lambda_static is not None:
         lambda_ = lambda_static
     else:
         lambda_ = jnp.asarray(lambda_, dtype)
     if stop_target_gradients:  # no gradient path at all, rather than zeroing one at the end
         sg = lax.stop_gradient
-        log_rhos, discounts, rewards, values, bootstrap_value = map(
-            sg, (log_rhos, discounts, rewards, values, bootstrap_value))
+        discounts, rewards, values, bootstrap_value = map(sg, floats)
+        log_rhos = None if log_rhos is None else sg(log_rhos)
         if lambda_static is None:
             lambda_ = sg(lambda_)
         if truncation_values is not None:
@@ -383,6 +433,9 @@ def _call(core, method, log_rhos, discounts, rewards, values, bootstrap_value, *
     lambda_static = None
     if checks.is_concrete(lambda_):
         lambda_static, lambda_ = float(lambda_), None
+    if method == "auto":  # shapes are valid now
+        shape = np.shape(values)
+        method = scan_method(jax.default_backend(), shape[0], math.prod(shape[1:]))
     return core(log_rhos, discounts, rewards, values, bootstrap_value, truncations,
                 truncation_values, lambda_, lambda_static=lambda_static, thresholds=thresholds,
                 n_steps=n_steps, stop_target_gradients=bool(stop_target_gradients),
@@ -432,7 +485,7 @@ def vtrace(
       batch, a wrong-rank bootstrap_value, non-positive thresholds, an invalid n_steps, and (concrete arguments only) discounts
       or lambda_ outside [0, 1].
     """
-    return _call(_core_jit, "scan", log_rhos, discounts, rewards, values, bootstrap_value,
+    return _call(_core_jit, "auto", log_rhos, discounts, rewards, values, bootstrap_value,
                  lambda_=lambda_, clip_rho_threshold=clip_rho_threshold,
                  clip_c_threshold=clip_c_threshold,
                  clip_pg_rho_threshold=clip_pg_rho_threshold, truncations=truncations,
@@ -503,4 +556,36 @@ def vtrace_inplace(
                  stop_target_gradients=stop_target_gradients)
 
 
-__all__ = ["VTraceOutput", "vtrace", "vtrace_associative", "vtrace_inplace", "MAX_LOG_RHO"]
+def gae(
+    discounts: Array,
+    rewards: Array,
+    values: Array,
+    bootstrap_value: Array,
+    *,
+    lambda_=0.95,
+    truncations: Optional[Array] = None,
+    truncation_values: Optional[Array] = None,
+    stop_target_gradients: bool = True,
+) -> GAEOutput:
+    """GAE(gamma, lambda) advantages and lambda-returns: Eq 11 with rho == 1, in one pass.
+
+    A_t = delta_t + gamma_t lambda A_{t+1} (A_T = 0), returns_t = Vbar(s_t) + A_t, with the
+    termination / truncation conventions of :func:`vtrace`. Equal to ``vtrace`` with
+    ``log_rhos = 0`` (``returns`` = its ``vs``, ``advantages`` = ``vs - values``), but the
+    loop reads no log-ratio array and takes no exp: 20 bytes per float32 transition.
+    Arguments as :func:`vtrace` (no log-ratios, clips or ``n_steps``).
+    """
+    _validate(_RHO_ONE, discounts, rewards, values, bootstrap_value, lambda_, None, None,
+              None, truncations, truncation_values, None)
+    lambda_static = None
+    if checks.is_concrete(lambda_):
+        lambda_static, lambda_ = float(lambda_), None
+    out = _core_jit(None, discounts, rewards, values, bootstrap_value, truncations,
+                    truncation_values, lambda_, lambda_static=lambda_static,
+                    thresholds=(None, None, None), n_steps=None,
+                    stop_target_gradients=bool(stop_target_gradients), method="scan")
+    return GAEOutput(returns=out.vs, advantages=out.pg_advantages)
+
+
+__all__ = ["VTraceOutput", "GAEOutput", "vtrace", "vtrace_associative", "vtrace_inplace", "gae",
+           "scan_method", "ASSOCIATIVE_WINS", "MAX_LOG_RHO"]
