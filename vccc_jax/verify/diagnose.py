@@ -108,9 +108,9 @@ def bias_shape(bias, tol: float) -> str:
     return f"bias of both signs, from {_num(lo)} to {_num(hi)}{tail}"
 
 
-def as_info(row: Row) -> Row:
+def as_info(row: Row, why: str = "no claim (any)") -> Row:
     """Mark a row as information only (``--claim any``): printed "info", not deciding the verdict."""
-    row.detail, row.passed, row.info = f"no claim (any): {row.detail}", True, True
+    row.detail, row.passed, row.info = f"{why}: {row.detail}", True, True
     return row
 
 

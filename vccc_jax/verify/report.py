@@ -82,8 +82,9 @@ def format_table(rows: Sequence[Row]) -> str:
         )
         if r.name.startswith("bandit"):
             lines[-1] += f"  {r.detail}"
-    lines.append("")
-    lines.append(f"{'SAMPLED (z-scores)':<{w}} {'eq':<9} {'MDPs':>5} {'|z|>3.29':>12} {'bound':>8}  result")
+    if sampled:
+        lines.append("")
+        lines.append(f"{'SAMPLED (z-scores)':<{w}} {'eq':<9} {'MDPs':>5} {'|z|>3.29':>12} {'bound':>8}  result")
     for r in sampled:
         lines.append(
             f"{r.name:<{w}} {r.equation:<9} {r.mdps:>5} {r.error:>12.4f} {r.tolerance:>8.4f}  "

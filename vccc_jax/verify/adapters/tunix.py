@@ -49,11 +49,40 @@ def compute_gae_advantages(log_rhos, discounts, rewards, values, bootstrap_value
     return jnp.where(mask > 0, returns, v).T.reshape(rewards.shape)
 
 
+# tunix's registered advantage estimators (``function_registry.register_advantage_estimator``):
+# ``fn(rewards [N * G], num_generations) -> [N * G]``, outcome rewards, groups contiguous.
+GROUP_ESTIMATORS = {"grpo": "compute_advantages", "rloo": "compute_rloo_advantages",
+                    "drgrpo": "compute_drgrpo_advantages"}
+
+
+def group_advantage(name: str):
+    """tunix's advantage estimator ``name`` as the group contract's ``fn(rewards [N, G], lengths,
+    greedy) -> [N, G]`` (lengths and greedy unused: tunix's take the rewards only)."""
+    import numpy as np
+
+    fn = getattr(algo_core(), GROUP_ESTIMATORS[name])
+
+    def advantages(rewards, lengths=None, greedy=None):
+        r = np.asarray(rewards, np.float64)
+        return np.asarray(fn(jnp.asarray(r.reshape(-1)), r.shape[1]), np.float64).reshape(r.shape)
+
+    advantages.group_contract, advantages.__name__ = True, f"{name}_advantages"
+    return advantages
+
+
 def _version() -> str:
     return VERSION
 
 
-ADAPTERS = (
+_GROUP_CLAIMS = {"grpo": "GRPO: (r - mean_g r) / (std_g r + 1e-6), std ddof 1",
+                 "rloo": "RLOO: r_i - mean_{j != i} r_j", "drgrpo": "Dr. GRPO: r - mean_g r"}
+
+
+ADAPTERS = tuple(
+    Adapter("tunix", f"{n}_advantages", f"tunix.rl.algo_core.{f}", "group", "vpi", _GROUP_CLAIMS[n],
+            functools.partial(group_advantage, n), _version,
+            default="tunix's GRPO default: advantage_estimator = grpo" if n == "grpo" else "")
+    for n, f in GROUP_ESTIMATORS.items()) + (
     Adapter("tunix", "compute_gae_advantages", "tunix.rl.algo_core.compute_gae_advantages", "sequence", "vpi",
             "GAE returns (lambda 1), no ratio: V of the data's policy", lambda: compute_gae_advantages, _version),
 )
