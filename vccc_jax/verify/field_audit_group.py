@@ -137,7 +137,7 @@ def cross_rows(adapters: Sequence[Adapter], seed: int = 0, n: int = 256) -> list
     greedy = rng.choice([0.0, 0.5, 1.0], size=n)
     out = []
     for a in adapters:
-        base = a.function.removesuffix("_advantages")
+        base = a.function.removesuffix("_advantages").removesuffix("_advantage")
         ours = group.REFERENCES["dr_grpo" if base == "drgrpo" else base]
         theirs = np.asarray(a.build()(r, lengths, greedy), float)
         row = {"theirs": a.key, "ours": ours.__name__, "diff": worst(np.abs(theirs - ours(r, lengths, greedy))),

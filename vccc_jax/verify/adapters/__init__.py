@@ -67,6 +67,8 @@ def registry() -> dict[str, Adapter]:
     out: dict[str, Adapter] = {}
     for mod in (rlax, tunix, verl, areal):
         for a in mod.ADAPTERS:
+            if a.key in out:  # e.g. verl's gpg is a policy loss and an advantage estimator
+                raise ValueError(f"two adapters named {a.key}")
             out[a.key] = a
     return out
 

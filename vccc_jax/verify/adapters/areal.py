@@ -111,16 +111,23 @@ def _critic_target(log_rhos, discounts, rewards, values, bootstrap_value, float6
         nxt = v[:, t + 1] * mask[:, t + 1] if t + 1 < T else np.zeros(r.shape[0])
         last = (r[:, t] + gamma * nxt - v[:, t] + gamma * lam * last * (mask[:, t + 1] if t + 1 < T else 0.0)) * mask[:, t]
         adv[:, t] = last
+    # One call on the valid tokens, padded with zero tokens to a power-of-two count n: d loss /
+    # d value = (value - target) / n is then exact in float32 too, so a token's target does not
+    # depend on the rest of the batch (the contract's batch independence) beyond the per-token
+    # float32 arithmetic AReaL does on purpose.
     dtype = torch.float64 if float64 else torch.float32
+    keep = mask > 0
+    vals, targets = v[keep], (adv + v)[keep]
+    n = 1 << int(np.ceil(np.log2(max(len(vals), 1))))
+    pad = np.zeros(n - len(vals))
+    value = torch.tensor(np.concatenate([vals, pad]), dtype=dtype, requires_grad=True)
+    loss, _ = fn(value=value, old_value=torch.tensor(np.concatenate([vals, pad]), dtype=dtype),
+                 target_value=torch.tensor(np.concatenate([targets, pad]), dtype=dtype), value_eps_clip=0.5,
+                 loss_mask=torch.ones(n, dtype=torch.bool))
+    loss.backward()
     vs = v.copy()
-    for b in range(v.shape[0]):  # one trajectory per call: float32 sums would couple a batch's trajectories
-        value = torch.tensor(v[b], dtype=dtype, requires_grad=True)
-        loss, _ = fn(value=value, old_value=torch.tensor(v[b], dtype=dtype),
-                     target_value=torch.tensor(adv[b] + v[b], dtype=dtype), value_eps_clip=0.5,
-                     loss_mask=torch.tensor(mask[b] > 0))
-        loss.backward()
-        vs[b] = v[b] - mask[b].sum() * value.grad.double().numpy()
-    return np.where(mask > 0, vs, v).T.reshape(np.shape(rewards))
+    vs[keep] = vals - n * value.grad.double().numpy()[:len(vals)]
+    return vs.T.reshape(np.shape(rewards))
 
 
 def critic_loss_target(float64: bool = False):

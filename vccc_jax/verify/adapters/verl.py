@@ -254,7 +254,8 @@ _GROUP_DEFAULT = {"grpo": "the GRPO recipes' algorithm.adv_estimator = grpo, nor
 
 
 def _group_adapter(name: str) -> Adapter:
-    return Adapter("verl", name, f"verl.trainer.ppo.core_algos.get_adv_estimator_fn({GROUP_ESTIMATORS[name][0]!r})",
+    return Adapter("verl", f"{name}_advantage",
+                   f"verl.trainer.ppo.core_algos.get_adv_estimator_fn({GROUP_ESTIMATORS[name][0]!r})",
                    "group", "vpi", _GROUP_CLAIMS[name], functools.partial(group_advantage, name), _version,
                    default=_GROUP_DEFAULT.get(name, ""))
 
