@@ -121,9 +121,10 @@ def test_lookup_and_load_target_resolve_library_specs():
     with pytest.raises(TargetError, match="no adapter for 'rlax:nope'"):
         load_target("rlax:nope")
     table = adapters.registry()
-    assert {"rlax:vtrace", "verl:vanilla", "verl:compute_value_loss", "areal:ppo_actor_loss_fn"} <= set(table)
+    assert {"rlax:vtrace", "verl:vanilla", "verl:compute_value_loss", "areal:ppo_actor_loss_fn",
+            "areal:ppo_critic_loss_fn", "verl:gpg", "verl:gpg_advantage", "tunix:grpo_advantages"} <= set(table)
     for a in table.values():
-        assert a.kind in ("sequence", "actor") and a.key == f"{a.library}:{a.function}"
+        assert a.kind in ("sequence", "actor", "group") and a.key == f"{a.library}:{a.function}"
 
 
 def test_bad_lag_and_out_without_field_audit_are_one_line_status_2(capsys):
@@ -294,3 +295,30 @@ def test_cross_rows_compare_our_row_with_a_library_loss_per_token():
     (row,) = field_audit.cross_rows(table, n_random=16)
     assert (row.ours, row.theirs) == ("gspo", "verl:gspo")
     assert row.max_diff_random <= 1e-12
+
+
+def test_areal_critic_target_is_the_lambda_1_return_and_batch_independent():
+    """AReaL's ppo_critic_loss_fn as a target (needs `make audit`'s source and torch): in its
+    float64 re-run the lambda = 1 return to 1e-12; in float32 (as AReaL runs it) within 1e-5 of
+    it and the same bits for a trajectory whatever the rest of the batch (the power-of-two pad)."""
+    pytest.importorskip("torch")
+    from vccc_jax.verify.adapters import areal
+
+    try:
+        areal.functional()
+    except ImportError:
+        pytest.skip("AReaL source not unpacked (make audit)")
+    x = _inputs(6)
+    x["discounts"] = np.broadcast_to(np.array([0.9, 0.8, 1.0]), (T, B)).copy()  # one gamma per response
+    x["discounts"][1:, 1] = 0.0
+    args = [np.asarray(x[k]) for k in ("log_rhos", "discounts", "rewards", "values", "bootstrap_value")]
+    ref = ref_lambda(x, 1.0)
+    f64 = areal._critic_target(*args, float64=True)
+    f32 = areal._critic_target(*args)
+    live = np.ones_like(ref, bool)
+    live[2:, 1] = False
+    np.testing.assert_allclose(f64[live], ref[live], atol=1e-12)
+    np.testing.assert_allclose(f32[live], ref[live], atol=1e-5)
+    assert np.max(np.abs(f32 - f64)) > 0  # float32 inside, on purpose
+    one = areal._critic_target(*[a[..., :1] for a in args[:4]], args[4][:1])
+    np.testing.assert_array_equal(one, f32[:, :1])
