@@ -163,3 +163,15 @@ def test_missing_ratio_verdicts():
     assert "by design (the quadratic log-ratio penalty adds 1% of it)" in v
     v = fa.verdict(_audit({0: 1e-15, 16: 11.0}, diagnosis="something else", biased_by="PPO clip"))
     assert v.startswith("**biased by design** (PPO clip)")
+
+
+def test_a_nan_error_fails_the_audit_cell_and_verdict():
+    """Issue 47 item 4 in the field audit: a NaN error is FAIL (never PRECISION or PASS), the
+    row's largest error is NaN (not the largest finite one) and lag 0 NaN is biased on-policy."""
+    from vccc_jax.verify import field_audit as fa
+
+    au = _audit({0: float("nan"), 16: 1e-15}, {0: 1e-15, 16: 1e-15})
+    assert fa.cell(au, 0) == "FAIL (nan)" and np.isnan(fa.mean_error(au.claim[0]))
+    assert fa.verdict(au).startswith("**biased even on-policy**")
+    fit = group.fit(np.array([[1.0, np.nan]]), np.array([[1.0, 0.0]]))
+    assert not fit.exact and not fit.multiple
