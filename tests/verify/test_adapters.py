@@ -322,3 +322,27 @@ def test_areal_critic_target_is_the_lambda_1_return_and_batch_independent():
     assert np.max(np.abs(f32 - f64)) > 0  # float32 inside, on purpose
     one = areal._critic_target(*[a[..., :1] for a in args[:4]], args[4][:1])
     np.testing.assert_array_equal(one, f32[:, :1])
+
+
+def test_tunix_grpo_loss_through_a_tiny_nnx_model_is_the_ppo_clip_weight():
+    """tunix's grpo_loss_fn (needs `make audit`'s source; its model is the one-parameter
+    TokenLogProbs): -n d loss / d log pi / A = rho 1[inside PPO's clip for the sign of A];
+    1e-6 as tunix runs it (float32 on purpose), 1e-13 in its float64 re-run."""
+    pytest.importorskip("flax")
+    from vccc_jax.verify.adapters import tunix as tu
+
+    try:
+        tu.algo_core()
+    except ImportError:
+        pytest.skip("tunix source not unpacked (make audit)")
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        lm = jnp.log(jnp.asarray(rng.uniform(0.1, 0.9, 8)))
+        lp = jnp.minimum(lm + jnp.asarray(rng.normal(0, 0.3, 8)), -1e-3)
+        a = jnp.asarray(rng.normal(size=8))
+        rho = np.exp(np.asarray(lp - lm))
+        inside = ((a > 0) & (rho <= 1.2)) | ((a < 0) & (rho >= 0.8))
+        assert 0 < inside.sum() < 8
+        for f64, tol in ((False, 1e-6), (True, 1e-13)):
+            w = -8 * np.asarray(jax.grad(tu.grpo_loss(float64=f64))(lp, lm, a)) / np.asarray(a)
+            np.testing.assert_allclose(w, np.where(inside, rho, 0.0), atol=tol)

@@ -221,6 +221,7 @@ CROSS = (
     ("ppo", {"epsilon": 0.2}, "rlax:clipped_surrogate_pg_loss"),
     ("none", {}, "rlax:policy_gradient_loss"),
     ("ppo", {"epsilon": 0.2}, "verl:vanilla"),      # verl adds a dual clip (c = 3) for A < 0
+    ("ppo", {"epsilon": 0.2}, "tunix:grpo_loss_fn"),  # tunix: float32, log-ratio clipped to [-20, 20]
     ("gspo", {"eps_low": 0.2, "eps_high": 0.2}, "verl:gspo"),
     ("cispo", {"eps_low": 0.2, "eps_high": 0.2}, "verl:cispo"),
     ("none", {}, "verl:gpg"),
