@@ -78,6 +78,8 @@ def grpo_loss(one_sequence: bool = False, float64: bool = False):
     """tunix's ``grpo_loss_fn`` as ``loss(log_pi, log_mu, advantages)`` (module docstring)."""
     import types
 
+    import jax
+    import numpy as np
     from flax import nnx
 
     core = algo_core(float64)
@@ -89,18 +91,39 @@ def grpo_loss(one_sequence: bool = False, float64: bool = False):
     cfg = types.SimpleNamespace(beta=0.04, epsilon=0.2, epsilon_high=0.2, epsilon_c=None, temperature=1.0,
                                 loss_agg_mode="sequence-mean-token-mean", loss_algo="grpo")
 
-    def loss(log_pi, log_mu, advantages):
-        shape = (1, -1) if one_sequence else (-1, 1)
-        lp, lm = log_pi.reshape(shape), log_mu.reshape(shape)
+    def call(lp, lm, adv):
         ex = types.SimpleNamespace(prompt_ids=None, completion_ids=jnp.zeros(lp.shape, jnp.int32),
-                                   completion_mask=jnp.ones(lp.shape, lp.dtype),
-                                   advantages=advantages.reshape(shape) if one_sequence else advantages,
+                                   completion_mask=jnp.ones(lp.shape, lp.dtype), advantages=adv,
                                    old_per_token_logps=lm, ref_per_token_logps=None)
-        out = core.grpo_loss_fn(TokenLogProbs(lp), ex, cfg, pad_id=0, eos_id=1)[0]
-        return out.astype(log_pi.dtype)
+        return core.grpo_loss_fn(TokenLogProbs(lp), ex, cfg, pad_id=0, eos_id=1)[0].astype(lp.dtype)
 
-    loss.one_sequence = lambda: grpo_loss(True, float64)
+    if one_sequence:  # one response of n tokens (the cross rows)
+        def loss(log_pi, log_mu, advantages):
+            return call(log_pi[None], log_mu[None], advantages[None])
+
+        loss.one_sequence = lambda: grpo_loss(True, float64)
+        return loss
+
+    # n one-token completions, each through tunix's loss on its own by ONE compiled function of
+    # CHUNK tokens on the host (the torch bridge's callback): a token's float32 arithmetic is then
+    # the same whatever the batch (XLA fuses float32 ops differently per shape); their mean is
+    # sequence-mean-token-mean over the batch, summed in float64.
+    per_token = jax.jit(jax.vmap(jax.value_and_grad(lambda lp, lm, a: call(lp[None, None], lm[None, None], a[None]))))
+
+    def value_and_grad(lp, lm, a):
+        n = len(lp)
+        m = -(-n // CHUNK) * CHUNK
+        pad = [np.concatenate([x, np.full(m - n, v)]) for x, v in ((lp, -0.7), (lm, -0.7), (a, 0.0))]
+        vals, grads = zip(*(per_token(*(x[i:i + CHUNK] for x in pad)) for i in range(0, m, CHUNK)))
+        vals, grads = np.concatenate(vals)[:n], np.concatenate(grads)[:n]
+        return float(np.mean(vals)), grads / n
+
+    loss = tb.host_loss(value_and_grad)
+    loss.one_sequence, loss.__name__ = (lambda: grpo_loss(True, float64)), "grpo_loss_fn"
     return loss
+
+
+CHUNK = 256
 
 
 def compute_gae_advantages(log_rhos, discounts, rewards, values, bootstrap_value, gae_lambda=1.0):
