@@ -121,9 +121,10 @@ def test_lookup_and_load_target_resolve_library_specs():
     with pytest.raises(TargetError, match="no adapter for 'rlax:nope'"):
         load_target("rlax:nope")
     table = adapters.registry()
-    assert {"rlax:vtrace", "verl:vanilla", "verl:compute_value_loss", "areal:ppo_actor_loss_fn"} <= set(table)
+    assert {"rlax:vtrace", "verl:vanilla", "verl:compute_value_loss", "areal:ppo_actor_loss_fn",
+            "areal:ppo_critic_loss_fn", "verl:gpg", "verl:gpg_advantage", "tunix:grpo_advantages"} <= set(table)
     for a in table.values():
-        assert a.kind in ("sequence", "actor") and a.key == f"{a.library}:{a.function}"
+        assert a.kind in ("sequence", "actor", "group") and a.key == f"{a.library}:{a.function}"
 
 
 def test_bad_lag_and_out_without_field_audit_are_one_line_status_2(capsys):
@@ -294,3 +295,54 @@ def test_cross_rows_compare_our_row_with_a_library_loss_per_token():
     (row,) = field_audit.cross_rows(table, n_random=16)
     assert (row.ours, row.theirs) == ("gspo", "verl:gspo")
     assert row.max_diff_random <= 1e-12
+
+
+def test_areal_critic_target_is_the_lambda_1_return_and_batch_independent():
+    """AReaL's ppo_critic_loss_fn as a target (needs `make audit`'s source and torch): in its
+    float64 re-run the lambda = 1 return to 1e-12; in float32 (as AReaL runs it) within 1e-5 of
+    it and the same bits for a trajectory whatever the rest of the batch (the power-of-two pad)."""
+    pytest.importorskip("torch")
+    from vccc_jax.verify.adapters import areal
+
+    try:
+        areal.functional()
+    except ImportError:
+        pytest.skip("AReaL source not unpacked (make audit)")
+    x = _inputs(6)
+    x["discounts"] = np.broadcast_to(np.array([0.9, 0.8, 1.0]), (T, B)).copy()  # one gamma per response
+    x["discounts"][1:, 1] = 0.0
+    args = [np.asarray(x[k]) for k in ("log_rhos", "discounts", "rewards", "values", "bootstrap_value")]
+    ref = ref_lambda(x, 1.0)
+    f64 = areal._critic_target(*args, float64=True)
+    f32 = areal._critic_target(*args)
+    live = np.ones_like(ref, bool)
+    live[2:, 1] = False
+    np.testing.assert_allclose(f64[live], ref[live], atol=1e-12)
+    np.testing.assert_allclose(f32[live], ref[live], atol=1e-5)
+    assert np.max(np.abs(f32 - f64)) > 0  # float32 inside, on purpose
+    one = areal._critic_target(*[a[..., :1] for a in args[:4]], args[4][:1])
+    np.testing.assert_array_equal(one, f32[:, :1])
+
+
+def test_tunix_grpo_loss_through_a_tiny_nnx_model_is_the_ppo_clip_weight():
+    """tunix's grpo_loss_fn (needs `make audit`'s source; its model is the one-parameter
+    TokenLogProbs): -n d loss / d log pi / A = rho 1[inside PPO's clip for the sign of A];
+    1e-6 as tunix runs it (float32 on purpose), 1e-13 in its float64 re-run."""
+    pytest.importorskip("flax")
+    from vccc_jax.verify.adapters import tunix as tu
+
+    try:
+        tu.algo_core()
+    except ImportError:
+        pytest.skip("tunix source not unpacked (make audit)")
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        lm = jnp.log(jnp.asarray(rng.uniform(0.1, 0.9, 8)))
+        lp = jnp.minimum(lm + jnp.asarray(rng.normal(0, 0.3, 8)), -1e-3)
+        a = jnp.asarray(rng.normal(size=8))
+        rho = np.exp(np.asarray(lp - lm))
+        inside = ((a > 0) & (rho <= 1.2)) | ((a < 0) & (rho >= 0.8))
+        assert 0 < inside.sum() < 8
+        for f64, tol in ((False, 1e-6), (True, 1e-13)):
+            w = -8 * np.asarray(jax.grad(tu.grpo_loss(float64=f64))(lp, lm, a)) / np.asarray(a)
+            np.testing.assert_allclose(w, np.where(inside, rho, 0.0), atol=tol)

@@ -105,11 +105,32 @@ def overflowing_vtrace(seq, clip, options):
     return out.vs + jnp.where(seq.log_rhos > 0, 1e200, 0.0)
 
 
+def nan_one_step(rewards, discounts, values, next_values, log_rhos):
+    """Eq 8, NaN where |log rho| > 1 (issue 47 item 4: a NaN error fails, and is counted; the
+    contract's probe has |log rho| < 1, so the target is accepted and the NaN reaches the rows)."""
+    y = values + jnp.exp(log_rhos) * (rewards + discounts * next_values - values)
+    return jax.lax.stop_gradient(jnp.where(jnp.abs(log_rhos) > 1, jnp.nan, y))
+
+
+def nan_vtrace(seq, clip, options):
+    """V-trace, NaN where |log rho_t| > 1."""
+    out = E.vtrace(seq.log_rhos, seq.discounts, seq.rewards, seq.values, seq.bootstrap_value,
+                   clip_rho_threshold=None, clip_c_threshold=1.0, clip_pg_rho_threshold=None)
+    bad = jnp.abs(seq.log_rhos) > 1
+    return jnp.where(bad, jnp.nan, out.vs), jnp.where(bad, jnp.nan, out.pg_advantages)
+
+
+def nan_actor(log_rhos, advantages, clip):
+    """Eq 12's ratio weight, NaN where |log rho| > 1."""
+    return jnp.where(jnp.abs(log_rhos) > 1, jnp.nan, jnp.exp(log_rhos))
+
+
 ONE_STEP_CLAIMS = (("vpi", "ratio"), ("clipped:2", "truncate"), ("masked:2", "mask"), ("any", "ratio"))
 SHIFTED = tuple((_shifted_one_step(kind, sign, claim), claim) for claim, kind in ONE_STEP_CLAIMS for sign in SIGNS)
 SHIFTED += tuple((_shifted_sequence(sign, claim), claim) for claim, sign in (("vpi", "neg"), ("clipped:2", "pos"),
                                                                      ("any", "neg")))
 SHIFTED += ((overflowing_variance, "vpi"), (overflowing_vtrace, "vpi"))
+SHIFTED += ((nan_one_step, "vpi"), (nan_vtrace, "vpi"), (nan_actor, "vpi"))
 SHIFTED += tuple((_scaled_actor(sign, claim), claim) for claim, sign in (("vpi", "neg"), ("any", "pos")))
 
 
@@ -461,3 +482,44 @@ def test_every_row_of_every_kind_can_fail(reports):
                 failed.add(_template(report, row))
     assert len({k for k, _ in seen}) == 3 and len(seen) >= 19, sorted(seen)  # 19 row families (2026-12-02)
     assert seen == failed, sorted(seen - failed)
+
+
+@pytest.mark.parametrize("name", ["nan_one_step", "nan_vtrace", "nan_actor"])
+def test_a_nan_fails_every_exact_row_of_every_kind_and_is_counted(reports, name):
+    """Issue 47 item 4 for ``--target``: a target that is exact except NaN where rho > 1 (every
+    MDP has such a cell) fails every exact mean / fixed-point / update row with a NaN error,
+    and each of those rows counts all 16 MDPs as failing (``errors > tol`` would count none)."""
+    report = reports[5][name]
+    assert not report.passed, report.format()
+    means = [r for r in report.rows if r.kind == "exact" and ("E[Y|s] =" in r.name or "update =" in r.name
+                                                              or "] = V^p" in r.name)]
+    assert means, report.format()
+    for r in means:
+        assert not r.passed and np.isnan(r.error), report.format()
+        assert f"fails in {GROUP.num_mdps}/{GROUP.num_mdps} MDPs" in r.detail, report.format()
+    passing = [r.name for r in report.rows if r.passed and "stop_gradient" not in r.name]  # no gradient leaks
+    assert not passing, report.format()
+
+
+def test_claim_any_on_a_constant_offset(reports):
+    """Issue 45 row 7: ``--claim any`` on a target off by a constant (-OFFSET) everywhere. The
+    mean, fixed-point and sampled rows are information (printed "info", not "pass"); the
+    diagnosis gives the bias's sign and constancy and names the best candidate; no term
+    "explains" a constant offset; the closed-form row fails."""
+    report = reports[5]["shifted_ratio_neg_any"]
+    info = [r for r in report.rows if r.info]
+    assert len(info) >= 6 and all(r.result == "info" for r in info), report.format()
+    text = report.format()
+    for r in info:
+        line = next(x for x in text.splitlines() if x.startswith(r.name + " ") and f" {r.equation} " in x)
+        assert " info " in line + " " and " pass " not in line, line
+    assert "informational (no claim)" in text
+    assert f"bias {-OFFSET:.2f} in every state (a constant offset)" in report.diagnosis, report.diagnosis
+    assert "the best candidate, " in report.diagnosis[0], report.diagnosis
+    assert not any("where the bias lives" in d for d in report.diagnosis), report.diagnosis
+    (known,) = _rows(report, "is a known closed form")
+    assert not known.passed and not known.info
+    seq = reports[5]["shifted_vtrace_neg_any"]
+    assert seq.diagnosis[1].startswith("bias "), seq.diagnosis  # c_bar = 1 on top of the offset: not constant
+    pos = reports[5]["shifted_ratio_pos_any"]
+    assert f"bias {OFFSET:.2f} in every state (a constant offset)" in pos.diagnosis, pos.diagnosis

@@ -108,3 +108,26 @@ def test_a_non_finite_bias_matches_no_known_form(bad):
     atoms = np.array([[np.inf, 1.0, 0.0], [0.0, 1.0, 0.0]])
     m = D.match(np.array([bad, 1.0, 0.0]), atoms, ["uncorrected", "other"])
     assert not m.exact and m.explained == 0.0 and "not finite" in m.label
+
+
+def test_failing_mdps_counts_nan_and_inf():
+    """The held-out bug of issue 47: ``errors > tol`` would drop the NaN and the inf here."""
+    names = [f"m#{i}" for i in range(5)]
+    line = D.failing_mdps(np.array([0.0, np.nan, 1.0, np.inf, 1e-12]), 1e-9, names)
+    assert line == "fails in 3/5 MDPs: m#1 m#2 m#3"
+    assert D.failing_mdps(np.array([np.nan]), 1e-9, names[:1]) == "fails in 1/1 MDPs: m#0"
+    assert D.failing_mdps(np.zeros(3), 1e-9, names) == ""
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_where_bias_counts_a_nonfinite_mdp_as_biased(bad):
+    rng = np.random.default_rng(2)
+    terms = _problem(rng)
+    e = np.zeros(terms[:, :, 0].shape)
+    e[1] = 0.5 * terms[1, :, 0]
+    e[4, 0, 0] = bad
+    _, second = D.where_bias([e], [terms], GROUPS, [f"m#{i}" for i in range(6)], 1e-10)
+    assert second.startswith("biased in 2/6 MDPs; not finite (NaN or inf) in 1 of them; largest finite |bias|")
+    e[1] = 0.0  # only the non-finite MDP: still reported, not "no bias"
+    lines = D.where_bias([e], [terms], GROUPS, [f"m#{i}" for i in range(6)], 1e-10)
+    assert lines and lines[1].startswith("biased in 1/6 MDPs; not finite")

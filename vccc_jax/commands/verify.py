@@ -1,12 +1,14 @@
 """``vccc verify [--quick] [--json PATH] [--seed N] [--num-mdps N] [--samples N]``
 ``vccc verify --target MODULE:FUNCTION [--kind K] [--claim C] [--kw NAME=VALUE ...] [--lag L] [--loss-ready] [...]``
-``vccc verify --field-audit [--libraries rlax,verl,areal,tunix] [--out docs/field_audit.md] [--quick]``.
+``vccc verify --field-audit [--libraries rlax,verl,areal,tunix] [--out docs/field_audit.md] [--quick] [--lag-law LAW]``.
 
 ``--target library:function`` (``rlax:vtrace``, ``verl:vanilla``, ...) checks another
 library's function unchanged through its adapter (``verify.adapters``); ``--lag L`` re-sets
 the problems so that the behaviour is the learner L updates ago (``verify.lags``).
 ``--field-audit`` checks every adapter of the named libraries at lags 0, 1, 4, 16 and writes
-the table (``verify.field_audit``).
+the table (``verify.field_audit``); ``--lag-law LAW`` (any ``vccc train --lag`` law, or
+``trace:...`` of measured lags) runs the group (critic-free) section under that law's mixture of
+behaviour versions instead (``verify.group``; a group ``--target`` takes it too).
 
 Without ``--target``: runs :func:`vccc_jax.verify.run_verify` (every identity of the
 library), prints the table. With ``--target``: checks the user's estimator with
@@ -47,12 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=int, default=None, help="transitions per state (sampled half)")
     parser.add_argument("--target", metavar="MODULE:FUNCTION",
                         help="check your own estimator (a one-step or sequence critic target, an actor weight or loss)")
-    parser.add_argument("--kind", choices=("one-step", "sequence", "actor"),
+    parser.add_argument("--kind", choices=("one-step", "sequence", "actor", "group"),
                         help="the target's contract (default: inferred from its signature)")
     parser.add_argument("--claim", default=None, metavar="vpi|clipped:c|masked:c|any",
                         help="what the target claims (default vpi: E[Y|s] = T_pi Vbar, fixed point V^pi)")
     parser.add_argument("--lag", type=int, default=None,
                         help="problems at a lag: behaviour = the learner LAG NPG updates ago (0..16)")
+    parser.add_argument("--lag-law", default=None, metavar="LAW",
+                        help="the behaviour versions of a group (critic-free) estimator drawn from LAW "
+                             "(fixed:L, uniform:M, geometric:m, zipf:a, trace:l0,l1,..., trace:@file)")
     parser.add_argument("--field-audit", action="store_true",
                         help="check every library adapter at lags 0, 1, 4, 16 and write the table (--out)")
     parser.add_argument("--libraries", default="rlax,tunix,verl,areal",
@@ -101,6 +106,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if args.lag is not None and not 0 <= args.lag <= 16:
         return _fail(f"--lag must be in 0..16, got {args.lag}")
+    if args.lag_law is not None:
+        if args.lag is not None:
+            return _fail("give --lag or --lag-law, not both")
+        try:
+            from vccc_jax.verify import group
+
+            group.law_pmf(args.lag_law)
+        except ValueError as e:
+            return _fail(f"--lag-law: {str(e).splitlines()[0]}")
     if args.field_audit:
         if args.target is not None:
             return _fail("--field-audit checks the library adapters: give no --target")
@@ -108,8 +122,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.out:
         return _fail("--out needs --field-audit")
     if args.target is None and (args.kind or args.claim or args.kw or args.lag is not None
-                                or args.loss_ready):
-        return _fail("--kind, --claim, --kw, --lag and --loss-ready need --target")
+                                or args.loss_ready or args.lag_law is not None):
+        return _fail("--kind, --claim, --kw, --lag, --lag-law and --loss-ready need --target (or --field-audit)")
     if args.target is not None:
         try:
             kwargs = _kwargs(args.kw)
@@ -146,7 +160,7 @@ def _check_target(args, kwargs: dict) -> int:
         report = verify.check(args.target, kind=args.kind, claim=args.claim or "vpi", kwargs=kwargs,
                               quick=args.quick, key=jax.random.PRNGKey(args.seed), num_mdps=args.num_mdps,
                               num_samples=args.samples, loss_ready=args.loss_ready,
-                              make=_lag_maker(args.lag))
+                              make=_lag_maker(args.lag if args.lag_law is None else args.lag_law))
     except ValueError as e:  # TargetError included: one line naming the problem
         return _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
     elapsed = time.perf_counter() - t0
@@ -164,6 +178,9 @@ def _lag_maker(lag):
         return None
     from vccc_jax.verify import lags
 
+    if isinstance(lag, str):  # a law: only the group contract reads it
+        return lags.law_maker(lag)
+
     return lags.maker(lag)
 
 
@@ -171,6 +188,7 @@ def _field_audit(args) -> int:
     import os
 
     from vccc_jax.verify import adapters, field_audit, lags
+    from vccc_jax.verify import field_audit_group as fag
 
     libs = [x for x in args.libraries.split(",") if x]
     bad = [x for x in libs if x not in adapters.LIBRARIES]
@@ -190,27 +208,35 @@ def _field_audit(args) -> int:
             chosen.append(a)
         except ImportError as e:
             print(f"skipped {a.key}: {e}", flush=True)
+    grouped, chosen = fag.adapters_of(chosen)
+    if not chosen and not grouped:
+        return _fail("no adapter of --libraries could be built (install the audit extra: make audit)")
+    group_lags = (0, args.lag_law) if args.lag_law else lags.LAGS  # lag 0: on-policy, for the verdict
+    if args.lag_law:  # the MDP contracts take one lag: only the group section runs under a law
+        print(f"--lag-law {args.lag_law}: the group (critic-free) section only", flush=True)
+        chosen = []
     chosen, unchecked = field_audit.checkable(chosen)
     for a, why in unchecked:
         print(f"not checkable {a.key}: {why}", flush=True)
-    if not chosen:
-        return _fail("no adapter of --libraries could be built (install the audit extra: make audit)")
     try:
         audits = field_audit.run(chosen, quick=args.quick, seed=args.seed, num_mdps=args.num_mdps,
-                                 num_samples=args.samples, log=lambda s: print(s, flush=True))
+                                 num_samples=args.samples, log=lambda s: print(s, flush=True)) if chosen else []
+        group_audits = fag.run(grouped, group_lags)
     except ValueError as e:
         return _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
-    cross = field_audit.cross_rows(adapters.registry())
-    kl = field_audit.lag_kl(lags.LAGS, args.quick, args.seed, args.num_mdps)
+    print(f"group section: {len(grouped)} estimators at {', '.join(map(str, group_lags))}", flush=True)
+    cross = field_audit.cross_rows(adapters.registry()) if audits else []
+    kl = field_audit.lag_kl(lags.LAGS, args.quick, args.seed, args.num_mdps) if audits else {}
+    group_lines = fag.markdown(group_audits, fag.cross_rows(grouped), fag.kls(group_lags))
     seconds = time.perf_counter() - t0
     options = " ".join(x for x in ("--quick" if args.quick else "",
                                    f"--num-mdps {args.num_mdps}" if args.num_mdps is not None else "",
                                    f"--samples {args.samples}" if args.samples is not None else "",
                                    f"--seed {args.seed}" if args.seed else "") if x)
     cmd = "vccc verify --field-audit --libraries " + ",".join(libs) + (f" {options}" if options else "") + (
-        f" --out {args.out}" if args.out else "")
+        f" --lag-law {args.lag_law}" if args.lag_law else "") + (f" --out {args.out}" if args.out else "")
     text = field_audit.markdown(audits, cross, quick=args.quick, cmd=cmd, seconds=seconds, load=load, kl=kl,
-                                unchecked=unchecked, options=options)
+                                unchecked=unchecked, options=options, group_lines=group_lines)
     print(text)
     if args.out:
         with open(args.out, "w") as f:

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vccc_jax.verify.report import Row
+from vccc_jax.verify.report import Row, failing
 
 MATCH_TOL = 1e-7   # relative residual ||e - d|| / ||e|| of an exact match
 ABS_TOL = 1e-9     # ... or absolute (relative to the scale of the problem)
@@ -46,13 +46,17 @@ class Match:
     def explains_most(self) -> bool:
         return self.exact or self.explained >= EXPLAINS
 
-    def sentence(self, what: str = "its bias") -> str:
+    def sentence(self, what: str = "its bias", candidate: bool = False) -> str:
+        """One line; ``candidate`` (``--claim any``: the user asks what the mean is) names the
+        closest form even when it explains too little to be the cause."""
         if self.exact:
             return f"{what} matches {self.label} (least-squares residual {self.residual:.1e} of |bias| {self.bias_norm:.3g})"
         if not self.explains_most:
-            return (f"no known closed form explains {what} (|bias| = {self.bias_norm:.3g}; the best of them "
+            best = (f"the best candidate, {self.label} x {self.alpha:.3g}," if candidate and self.label
+                    and np.isfinite(self.bias_norm) else "the best of them")
+            return (f"no known closed form explains {what} (|bias| = {self.bias_norm:.3g}; {best} "
                     f"explains {100 * self.explained:.0f}% of |bias|^2, under the {100 * EXPLAINS:.0f}% needed "
-                    "to name it)")
+                    "to name it as the cause)")
         return (f"no known closed form matches {what} exactly; closest: {self.label} x {self.alpha:.3g} "
                 f"(explains {100 * self.explained:.0f}% of |bias|^2 = {self.bias_norm:.3g}^2)")
 
@@ -80,6 +84,36 @@ def match(bias: np.ndarray, atoms: np.ndarray, labels: Sequence[str], scale: flo
     return Match(labels[best], float(alpha[best]), float(res[best]), False, ne)
 
 
+def _num(x: float) -> str:
+    return f"{x:.2f}" if 0.01 <= abs(x) < 1e4 else f"{x:.3g}"
+
+
+def bias_shape(bias, tol: float) -> str:
+    """Sign and constancy of a bias (any shape; every entry one state of one MDP and source):
+    "bias -1.00 in every state (a constant offset)", "bias negative in every biased state, from
+    -1.20 to -0.10", "bias of both signs, from -0.30 to 0.70"; "" when there is none (|bias| <=
+    ``tol`` everywhere). NaN / inf entries are counted and left out of the range."""
+    e = np.asarray(bias, float).ravel()
+    bad = int(np.sum(~np.isfinite(e)))
+    e = e[np.isfinite(e)]
+    tail = f"; not finite in {bad} entries" if bad else ""
+    if not e.size or float(np.max(np.abs(e))) <= tol:
+        return f"bias not finite in {bad} entries" if bad else ""
+    lo, hi = float(np.min(e)), float(np.max(e))
+    if hi - lo <= tol:
+        return f"bias {_num(lo)} in every state (a constant offset){tail}"
+    if lo >= -tol or hi <= tol:
+        sign = "positive" if lo >= -tol else "negative"
+        return f"bias {sign} in every biased state, from {_num(lo)} to {_num(hi)} (one-signed){tail}"
+    return f"bias of both signs, from {_num(lo)} to {_num(hi)}{tail}"
+
+
+def as_info(row: Row, why: str = "no claim (any)") -> Row:
+    """Mark a row as information only (``--claim any``): printed "info", not deciding the verdict."""
+    row.detail, row.passed, row.info = f"{why}: {row.detail}", True, True
+    return row
+
+
 def where_bias(bias: Sequence[np.ndarray], terms: Sequence[np.ndarray], groups: Sequence[tuple[str, Sequence[int]]],
                names: Sequence[str], tol: float) -> list[str]:
     """Where a bias that no known form explains lives, in two lines.
@@ -92,9 +126,12 @@ def where_bias(bias: Sequence[np.ndarray], terms: Sequence[np.ndarray], groups: 
     share of ||bias||^2 each group explains, largest first. The second line: how many MDPs
     carry bias (|bias| > ``tol``), the largest |bias| (MDP, state, source), and whether the
     bias is the same for every source (then it does not depend on the behaviour policy)."""
-    e_all = [np.nan_to_num(np.asarray(b, float)) for b in bias]
+    raw = [np.asarray(b, float) for b in bias]
+    e_all = [np.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0) for b in raw]  # the fits see finite numbers
     total = sum(float(np.sum(e**2)) for e in e_all)
-    if total == 0.0:
+    per_mdp = np.concatenate([np.max(np.abs(b), axis=(1, 2)) for b in raw])  # NaN / inf kept
+    nonfinite = int(np.sum(~np.isfinite(per_mdp)))
+    if total == 0.0 and not nonfinite:
         return []
     shares = []
     for label, idx in groups:
@@ -105,12 +142,11 @@ def where_bias(bias: Sequence[np.ndarray], terms: Sequence[np.ndarray], groups: 
                 X = np.moveaxis(tb[:, list(idx)], 1, -1).reshape(-1, len(idx))      # [V * S, k]
                 coef = np.linalg.lstsq(X, eb.ravel(), rcond=None)[0]
                 resid += float(np.sum((eb.ravel() - X @ coef) ** 2))
-        shares.append((max(0.0, 1.0 - resid / total), label))
+        shares.append((max(0.0, 1.0 - resid / total) if total else 0.0, label))
     shares.sort(key=lambda x: -x[0])
     first = (f"where the bias lives: {shares[0][1]} explains {100 * shares[0][0]:.0f}% of |bias|^2 "
              "(least squares in each MDP on its pi and mu expectations)")
     first += "; " + ", ".join(f"{label} {100 * x:.0f}%" for x, label in shares[1:])
-    per_mdp = np.concatenate([np.max(np.abs(e), axis=(1, 2)) for e in e_all])
     flat = [(float(np.abs(e[b, v, s])), i0 + b, v, s, e.shape[1])
             for i0, e in zip(np.cumsum([0] + [len(e) for e in e_all]), e_all)
             for b, v, s in [np.unravel_index(int(np.argmax(np.abs(e))), e.shape)]]
@@ -119,15 +155,17 @@ def where_bias(bias: Sequence[np.ndarray], terms: Sequence[np.ndarray], groups: 
     spread = max(float(np.max(np.abs(e - e[:, :1]))) for e in e_all)
     same = ("the same under every behaviour version and the replay: it does not depend on mu"
             if spread <= tol else "it changes with the behaviour version")
-    bad = int(np.sum(per_mdp > tol))
-    return [first, f"biased in {bad}/{len(per_mdp)} MDPs; largest |bias| {size:.3g} at {names[i]} state {s} "
+    bad = int(np.sum(failing(per_mdp, tol)))
+    where = (f"not finite (NaN or inf) in {nonfinite} of them; largest finite |bias|" if nonfinite
+             else "largest |bias|")
+    return [first, f"biased in {bad}/{len(per_mdp)} MDPs; {where} {size:.3g} at {names[i]} state {s} "
                    f"({source}); {same}"]
 
 
 def failing_mdps(errors: np.ndarray, tol: float, names: Sequence[str], limit: int = 3) -> str:
     """"fails in n/N MDPs: name name ..." for per-MDP errors [N] (NaN fails), or ""."""
     errors = np.asarray(errors, float)
-    bad = ~(errors <= tol)
+    bad = failing(errors, tol)
     if not bad.any():
         return ""
     idx = np.flatnonzero(bad)

@@ -68,5 +68,22 @@ def maker(lag: int):
         from vccc_jax.verify.runner import make_problems_jit
 
         shift = fast_jit(jax.vmap(lambda p: lagged(p, lag)))
-        _MAKERS[lag] = lambda key, group: shift(make_problems_jit(key, group))
+
+        def make(key, group):
+            return shift(make_problems_jit(key, group))
+
+        make.lag = lag  # the group contract (verify.group) reads the lag
+        _MAKERS[lag] = make
     return _MAKERS[lag]
+
+
+def law_maker(law: str):
+    """A ``make`` carrying a lag law for the group contract (:mod:`.group`, which draws each
+    slot's behaviour version from it); the MDP contracts take one lag (:func:`maker`), so
+    calling it raises ValueError."""
+    def make(key, group):
+        raise ValueError(f"--lag-law {law} applies to group (critic-free) estimators; the MDP contracts take "
+                         "one lag: --lag L")
+
+    make.lag = law
+    return make

@@ -21,11 +21,31 @@ class Row:
     tolerance: float       # exact: tolerance; sampled: pass bound on the fraction
     passed: bool
     detail: str = ""
+    info: bool = False     # information only (``--claim any``): printed "info", never decides a verdict
+
+    @property
+    def result(self) -> str:
+        return "info" if self.info else ("pass" if self.passed else "FAIL")
 
     def as_dict(self) -> dict:
         """JSON-safe dict (NaN -> None)."""
         d = dataclasses.asdict(self)
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+
+
+def worst(*errors) -> float:
+    """The largest of ``errors`` (scalars, sequences or arrays): NaN when any is NaN, inf when
+    any is inf. Python's ``max`` drops a NaN that is not first and ``np.nanmax`` drops them all;
+    every verify row reduces its errors here, so a NaN or inf error fails the row."""
+    flat = [np.ravel(np.asarray(e, float)) for e in errors]
+    flat = np.concatenate(flat) if flat else np.zeros(0)
+    return float(np.max(flat)) if flat.size else 0.0
+
+
+def failing(errors, tol: float) -> np.ndarray:
+    """Which errors fail ``tol``: ``not (e <= tol)``, so NaN and inf fail (``e > tol`` would not
+    count a NaN)."""
+    return ~(np.asarray(errors, float) <= tol)
 
 
 def exact_row(name: str, equation: str, mdps: int, error: float, tolerance: float, detail: str = "") -> Row:
@@ -58,20 +78,23 @@ def format_table(rows: Sequence[Row]) -> str:
     for r in exact:
         lines.append(
             f"{r.name:<{w}} {r.equation:<9} {r.mdps:>5} {r.error:>12.2e} {r.tolerance:>8.0e}  "
-            f"{'pass' if r.passed else 'FAIL'}" + (f"  ({r.detail})" if r.detail and not r.name.startswith("bandit") else "")
+            f"{r.result}" + (f"  ({r.detail})" if r.detail and not r.name.startswith("bandit") else "")
         )
         if r.name.startswith("bandit"):
             lines[-1] += f"  {r.detail}"
-    lines.append("")
-    lines.append(f"{'SAMPLED (z-scores)':<{w}} {'eq':<9} {'MDPs':>5} {'|z|>3.29':>12} {'bound':>8}  result")
+    if sampled:
+        lines.append("")
+        lines.append(f"{'SAMPLED (z-scores)':<{w}} {'eq':<9} {'MDPs':>5} {'|z|>3.29':>12} {'bound':>8}  result")
     for r in sampled:
         lines.append(
             f"{r.name:<{w}} {r.equation:<9} {r.mdps:>5} {r.error:>12.4f} {r.tolerance:>8.4f}  "
-            f"{'pass' if r.passed else 'FAIL'}  ({r.detail})"
+            f"{r.result}  ({r.detail})"
         )
     n_fail = sum(not r.passed for r in rows)
+    n_info = sum(r.info for r in rows)
     lines.append("")
-    lines.append(f"{len(rows) - n_fail}/{len(rows)} rows pass" + ("" if n_fail == 0 else f"; {n_fail} FAIL"))
+    lines.append(f"{len(rows) - n_fail - n_info}/{len(rows) - n_info} rows pass" + ("" if n_fail == 0 else f"; {n_fail} FAIL")
+                 + (f"; {n_info} informational (no claim)" if n_info else ""))
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ from typing import Any, Optional, Sequence, Union
 import jax
 import numpy as np
 
-from vccc_jax.verify import contracts, user_one_step
+from vccc_jax.verify import contracts, group, user_one_step
 from vccc_jax.verify.contracts import (
     Claim,
     TargetError,
@@ -103,10 +103,12 @@ class Target:
     def resolve(self) -> tuple[str, str, Claim, Any]:
         """(name, kind, claim, contract wrapper); TargetError / ValueError on bad input."""
         fn = load_target(self.fn) if isinstance(self.fn, str) else self.fn
-        kind = self.kind or infer_kind(fn)
+        kind = self.kind or ("group" if group.is_group(fn) else infer_kind(fn))
         claim = self.claim if isinstance(self.claim, Claim) else parse_claim(self.claim)
         kwargs = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in dict(self.kwargs).items()))
         name = self.name or getattr(fn, "__name__", None) or getattr(fn, "name", "target")
+        if kind == "group":  # no JAX contract wrapper: verify.group calls it on NumPy groups
+            return name, kind, claim, (lambda *a: fn(*a, **dict(kwargs))) if kwargs else fn
         return name, kind, claim, wrap(fn, kind, claim, kwargs)
 
 
@@ -133,8 +135,9 @@ def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key
     """
     targets = [t if isinstance(t, Target) else Target(t) for t in targets]
     resolved = [t.resolve() for t in targets]
-    for _, _, _, wrapped in resolved:
-        preflight(wrapped)
+    for _, kind, _, wrapped in resolved:
+        if kind != "group":
+            preflight(wrapped)
     with jax.enable_x64(True):
         key = jax.random.PRNGKey(0) if key is None else key
         num_samples = (2048 if quick else 4096) if num_samples is None else num_samples
@@ -157,6 +160,8 @@ def check_all(targets: Sequence[Union[Target, Any]], *, quick: bool = False, key
 
 
 def _run_kind(kind: str, items: list, groups, keys, num_samples: int, loss_ready: bool, make):
+    if kind == "group":  # the lag (or law) of ``make`` (verify.lags.maker), else on-policy
+        return [group.report(fn, name, getattr(make, "lag", 0)) for name, _, _, fn in items]
     if kind == "one-step":
         users = tuple(user_one_step.UserOneStep(name, wrapped, claim) for name, _, claim, wrapped in items)
         outs = []

@@ -385,7 +385,10 @@ def _diagnosis(u: UserOneStep, ex_: list, labels: list[str], rows: list[Row], gr
             u.claim.name == "any" and float(np.max(np.abs(bias))) <= EXACT_TOL):
         lines.append(f"E[Y|s] = {'the claim' if u.claim.name != 'any' else 'T_pi Vbar'}: no bias in the mean")
     else:
-        lines.append("E[Y|s] - claim: " + m.sentence("the bias"))
+        lines.append("E[Y|s] - claim: " + m.sentence("the bias", candidate=u.claim.name == "any"))
+        shape = diagnose.bias_shape(bias, EXACT_TOL * (1.0 + scale))
+        if shape:
+            lines.append(shape)
         if m.exact:
             k = labels.index(m.label)
             fp = np.concatenate([np.asarray(e.atom_fixed)[:, :, k].ravel() for e in ex_])
@@ -395,9 +398,10 @@ def _diagnosis(u: UserOneStep, ex_: list, labels: list[str], rows: list[Row], gr
             lines.append(f"fixed point: max |V* - {u.claim.value_label}| = {dist:.3g}; V* = {_fixed_text(m.label)} "
                          f"(to {float(np.max(np.abs(fp - user_fp))):.1e})")
         elif not m.explains_most:
-            lines += diagnose.where_bias([np.asarray(e.means) - np.asarray(e.claimed) for e in ex_],
-                                         [np.asarray(e.terms) for e in ex_], TERM_GROUPS,
-                                         diagnose.mdp_names(groups), EXACT_TOL * (1.0 + scale))
+            where = diagnose.where_bias([np.asarray(e.means) - np.asarray(e.claimed) for e in ex_],
+                                        [np.asarray(e.terms) for e in ex_], TERM_GROUPS,
+                                        diagnose.mdp_names(groups), EXACT_TOL * (1.0 + scale))
+            lines += where[1:] if "constant offset" in shape else where  # no term explains a constant
     return lines
 
 
@@ -417,8 +421,7 @@ def _as_any(rows: list[Row], u: UserOneStep, diagnosis: list[str]) -> list[Row]:
     whether a known closed form explains the mean exactly."""
     for r in rows:
         if "E[Y|s] =" in r.name or r.kind == "sampled" or "fixed point" in r.name:
-            r.detail = f"no claim (any): {r.detail}"
-            r.passed = True
+            diagnose.as_info(r)
     explained = "no bias" in diagnosis[0] or (" matches " in diagnosis[0] and "no known" not in diagnosis[0])
     rows.append(Row(f"{u.name}: E[Y|s] is a known closed form", "user", "exact", rows[0].mdps,
                     0.0 if explained else 1.0, 0.0, explained, diagnosis[0]))

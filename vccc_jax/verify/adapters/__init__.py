@@ -34,7 +34,12 @@ class Adapter:
     library claims at the adapter's arguments, as a ``--claim`` (``vpi``, ``clipped:c``);
     ``claims``: the same in words; ``build()``: the contract-style function (imports the
     library); ``version()``: the library's version; ``biased_by``: the design choice that
-    makes it differ from V^pi / Eq 12 off-policy ("" when the design claims V^pi / Eq 12).
+    makes it differ from V^pi / Eq 12 off-policy ("" when the design claims V^pi / Eq 12);
+    ``default``: when the row is the library's default configuration, which default (the audit
+    marks that row); ``float64``: a build of the same library code with its float32 casts made
+    float64 (for a function that computes in float32 on purpose: the precision verdict compares
+    the two); ``epsilon``: where an error above round-off on on-policy data comes from (a
+    constant inside the library, not float32).
     """
 
     library: str
@@ -46,6 +51,9 @@ class Adapter:
     build: Callable[[], Callable]
     version: Callable[[], str]
     biased_by: str = ""
+    default: str = ""
+    float64: Optional[Callable[[], Callable]] = None
+    epsilon: str = ""
 
     @property
     def key(self) -> str:
@@ -59,6 +67,8 @@ def registry() -> dict[str, Adapter]:
     out: dict[str, Adapter] = {}
     for mod in (rlax, tunix, verl, areal):
         for a in mod.ADAPTERS:
+            if a.key in out:  # e.g. verl's gpg is a policy loss and an advantage estimator
+                raise ValueError(f"two adapters named {a.key}")
             out[a.key] = a
     return out
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import Callable
@@ -118,6 +119,39 @@ def torch_value_and_grad(loss_of: Callable) -> Callable:
         return float(loss.detach()), grad.numpy()
 
     return vg
+
+
+_CASTS = threading.Lock()
+
+
+def float32_casts(loss_of: Callable, promote: bool) -> Callable:
+    """``loss_of(torch, ...)`` run under one process-wide lock; with ``promote`` its torch
+    ``Tensor.float()`` casts return float64 while it runs: the precision re-run of a library
+    function that casts to float32 on purpose (the same code, the casts made float64; the lock
+    keeps a concurrent host callback of the unpromoted function from seeing the patch)."""
+    def run(torch, *args):
+        with _CASTS:
+            if not promote:
+                return loss_of(torch, *args)
+            cast = torch.Tensor.float
+            torch.Tensor.float = lambda self, *a, **k: self.double()
+            try:
+                return loss_of(torch, *args)
+            finally:
+                torch.Tensor.float = cast
+
+    return run
+
+
+class Float64Torch:
+    """``torch`` with ``float32`` read as ``float64`` (the module global of a second copy of a
+    library file whose checks assert float32 inputs: its precision re-run)."""
+
+    def __init__(self, torch):
+        self._torch = torch
+
+    def __getattr__(self, k):
+        return self._torch.float64 if k == "float32" else getattr(self._torch, k)
 
 
 # ------------------------------------------------------------------ library source by path

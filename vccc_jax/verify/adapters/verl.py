@@ -151,6 +151,60 @@ def value_loss_target():
     return compute_value_loss
 
 
+# The group (critic-free) advantage estimators (``verify.group``'s contract): verl name, its
+# keyword arguments, whether it reads a batch statistic (then one group per call: the contract's
+# batch is one prompt's group).
+GROUP_ESTIMATORS = {
+    "grpo": ("grpo", {"norm_adv_by_std_in_grpo": True}, False),
+    "dr_grpo": ("grpo", {"norm_adv_by_std_in_grpo": False}, False),
+    "rloo": ("rloo", {}, False),
+    "opo": ("opo", {}, False),
+    "remax": ("remax", {}, False),
+    "reinforce_plus_plus": ("reinforce_plus_plus", {}, True),
+    "reinforce_plus_plus_baseline": ("reinforce_plus_plus_baseline", {}, True),
+    "gpg": ("gpg", {}, True),
+}
+
+
+def group_advantage(name: str):
+    """verl's registered advantage estimator as the group contract's ``fn(rewards [N, G],
+    lengths [N, G], greedy [N]) -> advantages [N, G]``: each completion is a response of its
+    length (``response_mask``), its outcome reward on its last token, the groups by ``index``,
+    ReMax's ``reward_baselines`` = the greedy completion's reward, the algorithm config's gamma
+    1 (verl's default); the advantage is read at the first token (every token carries the same
+    one for outcome rewards at gamma 1)."""
+    import torch
+
+    verl_name, kw, batch_stat = GROUP_ESTIMATORS[name]
+    fn = core_algos().get_adv_estimator_fn(verl_name)
+
+    def call(r, lengths, greedy):
+        n, g = r.shape
+        L = int(np.max(lengths))
+        ln = np.asarray(lengths, int).reshape(-1)
+        mask = (np.arange(L)[None] < ln[:, None]).astype(np.float64)
+        tok = np.zeros((n * g, L))
+        tok[np.arange(n * g), ln - 1] = np.asarray(r, np.float64).reshape(-1)
+        t = functools.partial(torch.tensor, dtype=torch.float64)
+        args = dict(token_level_rewards=t(tok), response_mask=t(mask), config=Config(gamma=1.0), **kw)
+        if verl_name == "remax":
+            args["reward_baselines"] = t(np.repeat(np.asarray(greedy, np.float64), g))
+        else:
+            args["index"] = np.repeat(np.arange(n), g)
+        adv = fn(**args)[0]
+        return adv[:, 0].numpy().reshape(n, g)
+
+    def advantages(rewards, lengths, greedy):
+        rewards, lengths, greedy = np.asarray(rewards), np.asarray(lengths), np.asarray(greedy)
+        if not batch_stat:
+            return call(rewards, lengths, greedy)
+        return np.concatenate([call(rewards[i:i + 1], lengths[i:i + 1], greedy[i:i + 1])
+                               for i in range(len(rewards))])
+
+    advantages.group_contract, advantages.__name__ = True, name
+    return advantages
+
+
 def _version() -> str:
     return VERSION
 
@@ -159,7 +213,9 @@ _CLAIMS = {
     "vanilla": "PPO clip (eps 0.2, dual clip c 3) vs old = rollout (bypass): the policy gradient in the trust region",
     "gspo": "GSPO sequence ratio clip (eps 3e-4/4e-4 in verl's recipe; here the config's 0.2)",
     "sapo": "SAPO soft sigmoid gates (tau_pos 1, tau_neg 1.05)",
-    "dppo_tv": "DPPO total-variation trust region", "dppo_kl": "DPPO KL trust region",
+    "dppo_tv": "DPPO total-variation trust region, truncation c = 3 (ActorConfig.clip_ratio_c; the function's "
+               "fallback 20 is never reached)",
+    "dppo_kl": "DPPO KL trust region, truncation c = 3 (ActorConfig.clip_ratio_c)",
     "clip_cov": "Clip-Cov: PPO with high-covariance tokens detached", "kl_cov": "KL-Cov: PPO with a KL penalty on high-covariance tokens",
     "geo_mean": "GMPO geometric-mean ratio clip", "gpg": "GPG: -A log pi, no ratio", "dro": "DRO: -A log pi with a quadratic log-ratio penalty (beta 0.1)",
     "cispo": "CISPO clipped IS weight, detached",
@@ -172,16 +228,43 @@ _DESIGN = {"vanilla": "PPO clip", "gspo": "the sequence-ratio clip", "sapo": "th
            "dro": "the quadratic log-ratio penalty", "cispo": "the clipped IS weight"}
 
 
+# Where an error above round-off on on-policy data (lag 0) comes from: a constant of verl's, not float32.
+_EPSILON = {"sapo": "the 1e-8 in the denominator of verl's seq-mean-token-mean (|y| + 1e-8)",
+            "geo_mean": "the 1e-8 in the denominator of the geometric mean's log-ratio average (|y| + 1e-8)"}
+_DEFAULT = {"vanilla": "verl 0.9.1's default: actor.policy_loss.loss_mode = vanilla, clip_ratio 0.2, clip_ratio_c 3"}
+
+
 def _policy_adapter(name: str) -> Adapter:
     return Adapter("verl", name, f"verl.trainer.ppo.core_algos.get_policy_loss_fn({name!r})", "actor", "vpi",
-                   _CLAIMS[name], functools.partial(policy_loss, name), _version, biased_by=_DESIGN[name])
+                   _CLAIMS[name], functools.partial(policy_loss, name), _version, biased_by=_DESIGN[name],
+                   default=_DEFAULT.get(name, ""), epsilon=_EPSILON.get(name, ""))
 
 
-ADAPTERS = tuple(_policy_adapter(n) for n in POLICY_LOSSES) + (
+_GROUP_CLAIMS = {
+    "grpo": "GRPO: (r - mean_g r) / (std_g r + 1e-6), std with Bessel's correction (torch.std)",
+    "dr_grpo": "Dr. GRPO: r - mean_g r (grpo with norm_adv_by_std_in_grpo = False)",
+    "rloo": "RLOO: r_i - mean_{j != i} r_j (leave-one-out)",
+    "opo": "OPO: r - sum_j l_j r_j / sum_j l_j (length-weighted group mean)",
+    "remax": "ReMax: r - r(greedy completion)",
+    "reinforce_plus_plus": "REINFORCE++: the return (gamma 1) whitened over the batch's tokens",
+    "reinforce_plus_plus_baseline": "REINFORCE++-baseline: r - mean_g r, whitened over the batch's tokens",
+    "gpg": "GPG: (bs / #nonzero r) (r - mean_g r)",
+}
+_GROUP_DEFAULT = {"grpo": "the GRPO recipes' algorithm.adv_estimator = grpo, norm_adv_by_std_in_grpo True"}
+
+
+def _group_adapter(name: str) -> Adapter:
+    return Adapter("verl", f"{name}_advantage",
+                   f"verl.trainer.ppo.core_algos.get_adv_estimator_fn({GROUP_ESTIMATORS[name][0]!r})",
+                   "group", "vpi", _GROUP_CLAIMS[name], functools.partial(group_advantage, name), _version,
+                   default=_GROUP_DEFAULT.get(name, ""))
+
+
+ADAPTERS = tuple(_policy_adapter(n) for n in POLICY_LOSSES) + tuple(_group_adapter(n) for n in GROUP_ESTIMATORS) + (
     Adapter("verl", "compute_gae_advantage_return", "verl.trainer.ppo.core_algos.compute_gae_advantage_return",
             "sequence", "vpi", "GAE returns (lam 1, the config default), no ratio: V of the data's policy", gae_target,
-            _version),
+            _version, default="verl 0.9.1's default: algorithm.adv_estimator = gae, lam 1"),
     Adapter("verl", "compute_value_loss", "verl.trainer.ppo.core_algos.compute_value_loss", "sequence", "vpi",
             "clipped value loss on GAE returns (cliprange 0.5): its target at vpreds = values", value_loss_target,
-            _version),
+            _version, default="verl 0.9.1's default critic loss: cliprange_value 0.5"),
 )

@@ -35,12 +35,13 @@ def clipped_section(p: Problem, pre: Prelude) -> dict:
         fp = affine_fixed_point(expected, S, dtype)
         err = jnp.maximum(maxabs(fp - ex.policy_value(mdp, pit)),
                           maxabs(fp - ex.clipped_fixed_point(mdp, pi, m, c, kind)))
-        return jnp.where(jnp.min(z) > 1e-3, err, jnp.nan)
+        return jnp.where(jnp.min(z) > 1e-3, err, -jnp.inf)
 
     # A version whose mask rejects every action of some state has no unique fixed point; it is
-    # skipped (NaN), and the MDP counts as not applicable only if every version is skipped.
-    errs["clipped_fp_truncate"] = jnp.nanmax(jax.vmap(lambda m: clipped_fp(m, "truncate", CLIP, truncated_policy))(mus))
-    errs["clipped_fp_mask"] = jnp.nanmax(jax.vmap(lambda m: clipped_fp(m, "mask", MASK_CLIP, masked_policy))(mus))
+    # skipped (-inf, so that a NaN error still propagates and fails), and the MDP counts as not
+    # applicable only if every version is skipped.
+    errs["clipped_fp_truncate"] = jnp.max(jax.vmap(lambda m: clipped_fp(m, "truncate", CLIP, truncated_policy))(mus))
+    errs["clipped_fp_mask"] = jnp.max(jax.vmap(lambda m: clipped_fp(m, "mask", MASK_CLIP, masked_policy))(mus))
 
     # ... under a replay mixture: fixed point V^{pibar}, pibar ∝ sum_k q_k min(c mu_k, pi).
     def replay_expected(v):

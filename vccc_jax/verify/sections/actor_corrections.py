@@ -49,7 +49,7 @@ from vccc_jax.tabular import token as tk
 from vccc_jax.tabular.mdp import random_mdp, with_horizon
 from vccc_jax.verify.compile import fast_jit
 from vccc_jax.verify.problems import EXACT_TOL
-from vccc_jax.verify.report import Row, exact_row, pair_row
+from vccc_jax.verify.report import Row, exact_row, pair_row, worst
 
 S, A, H, L = 3, 2, 3, 2          # tabular: S (A S)^H = 648 paths, 2 versions
 TOKEN = dict(num_tokens=3, horizon=4, num_states=3, num_classes=2, num_prompts=2, tool_length=1,
@@ -305,7 +305,7 @@ def actor_rows(ctx) -> list[Row]:
                  n["tab_seq_pairs"][:, 0], n["tab_seq_pairs"][:, 1], EXACT_TOL,
                  f"c={CLIP}, band {BAND}; {tab}", min_size=1e-2),
         exact_row("sequence IS (c -> inf) = E_pi[sum_t A_t u_t] (tabular, token)", "A3", 2,
-                  max(float(n["tab_seq"]), float(n["tok_seq"])), EXACT_TOL,
+                  worst(n["tab_seq"], n["tok_seq"]), EXACT_TOL,
                   f"a random critic; |E_pi[sum A u]| = {float(n['tab_pg']):.3g}, "
                   f"{float(n['tok_pg']):.3g}"),
         pair_row("GSPO: s = (prod_t rho_t)^(1/|y|), clipped per sequence", "A4", 1, *n["gspo"],

@@ -37,7 +37,7 @@ from vccc_jax.tabular import decoupled as td
 from vccc_jax.tabular.policies import log_probs
 from vccc_jax.verify.compile import fast_jit
 from vccc_jax.verify.problems import EXACT_TOL, maxabs
-from vccc_jax.verify.report import Row, exact_row
+from vccc_jax.verify.report import Row, exact_row, worst
 from vccc_jax.verify.sections.comparators import DEC_DECAY, DEC_LAG, DEC_SETTINGS, decoupled_numbers
 
 dc = importlib.import_module("vccc_jax.estimators.related.decoupled")
@@ -106,7 +106,7 @@ def decoupled_library_rows(ctx, settings=DEC_SETTINGS) -> list[Row]:
     routes = f"routes {', '.join(td.ROUTES)}; {kinds}"
     return [
         exact_row("library decoupled actor: E_mu[-grad loss] = exact update", "decoupled", 1,
-                  max(float(np.max(e["actor"])), float(e["routes"])), EXACT_TOL,
+                  worst(e["actor"], e["routes"]), EXACT_TOL,
                   f"decoupled_policy_loss, and route_log_pi_old's tables; {routes}"),
         exact_row("library decoupled critic: E_mu[Vbar + w delta] = exact target", "decoupled", 1,
                   float(np.max(e["critic"])), EXACT_TOL, f"decoupled_weights; {routes}"),

@@ -25,7 +25,7 @@ from vccc_jax.estimators import critic_targets as ct
 from vccc_jax.tabular import lqr as lq
 from vccc_jax.tabular import lqr_offpolicy as lo
 from vccc_jax.verify.problems import EXACT_TOL
-from vccc_jax.verify.report import Row, exact_row, pair_row
+from vccc_jax.verify.report import Row, exact_row, pair_row, worst
 
 CLIP = 1.3
 STATES = np.array([[0.5, -1.0], [1.0, 0.3], [0.0, 0.0], [-0.7, 0.4]])
@@ -86,7 +86,7 @@ def lqr_numbers(key) -> dict:
         upd = lo.expected_actor_update(lqr, pi, mu, jax.jit(loss, static_argnames=("kind",)))
         grad = jax.grad(lq.objective, argnums=1)(lqr, pi)
         scale = 1.0 + max(float(jnp.max(jnp.abs(x))) for x in grad)
-        out["actor"].append(max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(upd, grad)) / scale)
+        out["actor"].append(worst(*(jnp.abs(a - b) for a, b in zip(upd, grad))) / scale)
         out["grad"].append(scale - 1.0)
     return out
 
@@ -97,7 +97,7 @@ def _pairs_err(pairs, relative=False) -> float:
         got, want = np.asarray(got, float), np.asarray(want, float)
         d = np.abs(got - want)
         errs.append(np.max(d / (1.0 + np.abs(want)) if relative else d))
-    return float(max(errs))
+    return worst(*errs)
 
 
 def lqr_rows(ctx) -> list[Row]:
@@ -106,7 +106,7 @@ def lqr_rows(ctx) -> list[Row]:
         n = lqr_numbers(jax.random.fold_in(ctx.key, 23))
     k = len(n["lyap"])
     rows = [
-        exact_row("lqr: V^pi (Lyapunov) = T_pi V^pi", "Sec 6", k, max(n["lyap"]), EXACT_TOL,
+        exact_row("lqr: V^pi (Lyapunov) = T_pi V^pi", "Sec 6", k, worst(n["lyap"]), EXACT_TOL,
                   "Gaussian policy, quadratic V^pi by a Kronecker Lyapunov solve"),
         exact_row("lqr: E_mu[Y_VCCC|s] = T_pi Vbar(s)", "Eq 8", k, _pairs_err(n["mean"]), EXACT_TOL,
                   "library target on the quadrature grid vs the closed-form backup"),
@@ -120,7 +120,7 @@ def lqr_rows(ctx) -> list[Row]:
                   "= Vbar + Z (T_pitilde Vbar - Vbar); shared gain, 1-d action (erf closed form)"),
         exact_row("lqr: clipped fixed point V^pitilde", "Eq 10", k, _pairs_err(n["clip_fp"]), EXACT_TOL,
                   f"E[Y|s] = Vbar(s) at Vbar = V^pitilde; |V^pitilde - V^pi| up to {max(n['fp_bias']):.3g}"),
-        exact_row("lqr: IS actor update = grad J", "Eq 12", k, max(n["actor"]), EXACT_TOL,
+        exact_row("lqr: IS actor update = grad J", "Eq 12", k, worst(n["actor"]), EXACT_TOL,
                   f"policy_loss on the grid vs jax.grad of J (relative; |grad| up to {max(n['grad']):.3g})"),
     ]
     return rows
