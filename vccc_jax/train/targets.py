@@ -38,9 +38,12 @@ class TargetInputs(NamedTuple):
     transitions: rewards, discounts (gamma (1 - terminated)), values / next_values
     (Vbar(s_t) / Vbar(s_{t+1}), the final observation's value at a time-limit cut) and
     log_rhos (log pi_k(a_t|s_t) - log mu(a_t|s_t); 0 when ``config.correct`` is False).
-    truncated: time-limit cut after t. log_mu_all / log_pi_all: [T, B, A] full behaviour /
-    target log-probs. baseline: b(s_t) (Vbar or 0, ``config.baseline``). is_action: [T, B]
-    bool policy steps (token env tool steps are False) or None (every step).
+    truncated: time-limit cut after t. log_mu_all / log_pi_all: [T, B, P] the behaviour /
+    target distributions as the policy head's rows (full log-probs of a categorical actor, a
+    Gaussian's [mean, log_std]). baseline: b(s_t) (Vbar or 0, ``config.baseline``).
+    is_action: [T, B] bool policy steps (token env tool steps are False) or None (every
+    step). head: the policy head (``envs.policy_heads``; None: categorical rows), whose
+    ``expected_weight`` gives Z(s).
     """
 
     transitions: Transitions
@@ -49,6 +52,7 @@ class TargetInputs(NamedTuple):
     log_pi_all: Array
     baseline: Array
     is_action: Optional[Array] = None
+    head: Any = None
 
 
 class TargetOutput(NamedTuple):
@@ -129,7 +133,9 @@ def one_step_adapter(target: CriticTarget) -> TargetFn:
         else:
             baseline = None
         z = None
-        if target.uses_z:
+        if target.uses_z and x.head is not None:
+            z = x.head.expected_weight(x.log_pi_all, x.log_mu_all, target.weight_kind, clip)
+        elif target.uses_z:
             z = importance.expected_weight(x.log_pi_all, x.log_mu_all,
                                            kind=target.weight_kind, clip=clip)
         y = target.one_step(t, TargetExtras(baseline=baseline, z=z), clip)

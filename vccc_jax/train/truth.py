@@ -107,8 +107,8 @@ def monte_carlo_truth(setup: Setup, state, traj, key, idx) -> dict:
 
     def compute(_):
         k_mc, k_reset, k_eval = jax.random.split(key, 3)
-        mc = gt_lib.mc_values(
-            setup.env, setup.env_params, setup.actor_logits, state.actor_params, states, obs,
+        mc = gt_lib.mc_values_policy(
+            setup.env, setup.env_params, setup.act, state.actor_params, states, obs,
             k_mc, num_rollouts=cfg.gt_rollouts, horizon=setup.gt_horizon, gamma=cfg.gamma)
         v = setup.critic_values(state.critic_params, obs)
         err = v - mc.value
@@ -123,8 +123,8 @@ def monte_carlo_truth(setup: Setup, state, traj, key, idx) -> dict:
         }
         if cfg.eval_envs > 0:
             carry = rollout_lib.reset(setup.env, setup.env_params, k_reset, cfg.eval_envs)
-            ev = gt_lib.mc_values(
-                setup.env, setup.env_params, setup.actor_logits, state.actor_params,
+            ev = gt_lib.mc_values_policy(
+                setup.env, setup.env_params, setup.act, state.actor_params,
                 carry.env_state, carry.obs, k_eval, num_rollouts=2,
                 horizon=setup.eval_horizon, gamma=1.0, ignore_time_limit=False)
             out["eval_return"] = jnp.mean(ev.value)
