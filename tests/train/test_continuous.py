@@ -171,6 +171,47 @@ def test_monte_carlo_truth_matches_the_exact_lqr_value():
     assert np.all(np.asarray(gt.stderr) < 0.05 * np.abs(v_true))   # power
 
 
+def test_lqr_exact_truth_is_the_closed_form():
+    """The trainer's exact metrics on an lqr: env (``exact_metrics.lqr_metrics``) against a
+    float64 reference written here: V^pi, V^{mu_l} (noise scale 1.3) by ``tabular.lqr.value``
+    from hand-built policies, and the replay mixture's V by value iteration of
+    sum_l q_l T_{mu_l} (0.8^400: converged), RMS errors under equal state weights."""
+    from vccc_jax.tabular import lqr as lq
+    from vccc_jax.train import exact_metrics
+
+    setup = make_setup(CFG.replace(noise_scale=1.3))
+    p = setup.actor_net.init(jax.random.PRNGKey(4), jnp.zeros((1, 2)))["params"]
+    gains, biases, log_stds = ([[-0.3, 0.2]], [[-0.1, 0.1]]), ([0.1], [-0.2]), ([-0.2], [0.1])
+    versions = [{"params": {**p, "Dense_0": {"kernel": jnp.asarray(np.array(g, np.float32).T),
+                                             "bias": jnp.asarray(b, jnp.float32)},
+                            "log_std": jnp.asarray(s, jnp.float32)}}
+                for g, b, s in zip(gains, biases, log_stds)]
+    stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *versions)
+    critic = setup.critic_net.init(jax.random.PRNGKey(5), jnp.zeros((1, 2)))
+    obs = jax.random.normal(jax.random.PRNGKey(6), (3, 4, 2))
+    q = jnp.asarray([0.4, 0.6])
+    got = exact_metrics.lqr_metrics(env_lqr(ENV), setup.critic_values, versions[0], critic, stacked,
+                                    float(np.log(1.3)), q, obs, jnp.ones((3, 4)))
+    with jax.enable_x64(True):
+        prob = env_lqr(ENV)
+        f = lambda x: jnp.asarray(np.asarray(x, np.float64))  # noqa: E731
+        pols = [lq.GaussianPolicy(f(g), f(b), f(s) + np.log(1.3)) for g, b, s in zip(gains, biases, log_stds)]
+        states = f(np.asarray(obs).reshape(-1, 2))
+        v = np.asarray(setup.critic_values(critic, obs.reshape(-1, 2)), np.float64)
+        v_pi = lq.value(prob, lq.GaussianPolicy(f(gains[0]), f(biases[0]), f(log_stds[0])))(states)
+        vbar = lq.Quadratic(jnp.zeros((2, 2)), jnp.zeros(2), f(0.0))
+        for _ in range(400):
+            vbar = jax.tree_util.tree_map(lambda a, b: 0.4 * a + 0.6 * b, lq.bellman(prob, pols[0], vbar),
+                                          lq.bellman(prob, pols[1], vbar))
+        rms = lambda x: float(np.sqrt(np.mean(np.square(np.asarray(x)))))  # noqa: E731
+        want = {"exact_err_pi": rms(v - v_pi), "exact_err_mix": rms(v - vbar(states)),
+                "exact_v_pi": float(np.mean(v_pi)),
+                "exact_err_mu": [rms(v - lq.value(prob, m)(states)) for m in pols]}
+    for k, val in want.items():
+        np.testing.assert_allclose(got[k], val, rtol=2e-4, err_msg=k)
+    assert np.isnan(float(got["exact_grad_bias"]))
+
+
 def test_vccc_train_run_directory_and_byte_identical_resume(tmp_path, capsys):
     """``vccc train`` on an lqr: env writes config.json, summary.json, metrics.csv and
     checkpoints like any run; dropping the last checkpoint and ``--resume`` reproduce
@@ -189,7 +230,7 @@ def test_vccc_train_run_directory_and_byte_identical_resume(tmp_path, capsys):
     assert {p.name for p in out.iterdir()} >= {"config.json", "summary.json", "metrics.csv", "checkpoint"}
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert len(rows) == 4 * 2 and rows[0]["lag_mean"] == "0.0"
-    assert all(np.isfinite(float(r["gt_mse"])) for r in rows if int(r["update"]) % 2 == 1)
+    assert all(np.isfinite(float(r["exact_err_pi"])) for r in rows if int(r["update"]) % 2 == 1)
     assert json.loads((out / "config.json").read_text())["config"]["env"] == ENV
     table = (out / "metrics.csv").read_text()
     shutil.rmtree(out / "checkpoint" / "4")

@@ -114,9 +114,9 @@ def make_setup(config: TrainConfig) -> Setup:
     head, actor_net = policy(cfg, env.action_space(env_params), kind, hidden, len(actor_shape))
     sampler = cfg.sampler_spec
     gt_exact = cfg.gt_every > 0 and (
-        cfg.gt_kind == "exact" or (cfg.gt_kind == "auto" and kind in ("tabular", "token")))
-    if gt_exact and kind not in ("tabular", "token"):
-        raise ValueError(f"gt_kind='exact' needs a tabular: or token: env, got {cfg.env!r}")
+        cfg.gt_kind == "exact" or (cfg.gt_kind == "auto" and kind in ("tabular", "token", "lqr")))
+    if gt_exact and kind not in ("tabular", "token", "lqr"):
+        raise ValueError(f"gt_kind='exact' needs a tabular:, token: or lqr: env, got {cfg.env!r}")
     if gt_exact and sampler is not None and sampler.needs_key:
         raise ValueError("exact ground truth needs a deterministic sampler (no mismatch=noise)")
     num_versions = cfg.resolved_num_versions
