@@ -258,22 +258,18 @@ def parse_actor(spec: str) -> tuple[str, bool]:
     return kind, centered
 
 
-#: gymnax envs with a Box action space (every other gymnax env is discrete)
-CONTINUOUS_GYMNAX = ("Pendulum-v1", "MountainCarContinuous-v0")
-
-
 def continuous_actions(env: str) -> bool:
-    """Pure Python: does ``env`` have continuous actions (``lqr:``, ``brax:`` specs and
-    :data:`CONTINUOUS_GYMNAX`)? The trainer's policy head follows (``train.setup``)."""
-    from vccc_jax.envs.spec import env_kind
+    """Pure Python: does ``env`` have continuous actions (``envs.spec.continuous_actions``)?
+    The trainer's policy head follows (``train.setup``)."""
+    from vccc_jax.envs.spec import continuous_actions as continuous
 
-    return env_kind(env) in ("lqr", "brax") or env in CONTINUOUS_GYMNAX
+    return continuous(env)
 
 
 def action_dim(env: str) -> Optional[int]:
     """The action dimension of a continuous env known from its name (None: brax, unknown
     before the env is built)."""
-    from vccc_jax.envs.spec import env_kind, parse_lqr_spec
+    from vccc_jax.envs.spec import CONTINUOUS_GYMNAX, env_kind, parse_lqr_spec
 
     if env_kind(env) == "lqr":
         return int(parse_lqr_spec(env)["act"])
