@@ -23,7 +23,8 @@ from typing import Any, Callable, NamedTuple, Optional
 import chex
 import jax.numpy as jnp
 
-from vccc_jax.estimators import importance, registry
+from vccc_jax.envs.policy_heads import CategoricalHead
+from vccc_jax.estimators import registry
 from vccc_jax.estimators.registry import CriticTarget, TargetExtras
 from vccc_jax.estimators.types import Transitions
 from vccc_jax.estimators.vtrace import vtrace
@@ -133,11 +134,9 @@ def one_step_adapter(target: CriticTarget) -> TargetFn:
         else:
             baseline = None
         z = None
-        if target.uses_z and x.head is not None:
-            z = x.head.expected_weight(x.log_pi_all, x.log_mu_all, target.weight_kind, clip)
-        elif target.uses_z:
-            z = importance.expected_weight(x.log_pi_all, x.log_mu_all,
-                                           kind=target.weight_kind, clip=clip)
+        if target.uses_z:  # the head's Z: exact sum over actions, or normal CDFs (1-d Gaussian)
+            head = CategoricalHead() if x.head is None else x.head
+            z = head.expected_weight(x.log_pi_all, x.log_mu_all, target.weight_kind, clip)
         y = target.one_step(t, TargetExtras(baseline=baseline, z=z), clip)
         return TargetOutput(y, y - t.values)
 

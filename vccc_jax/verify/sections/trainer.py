@@ -289,5 +289,8 @@ def rows_from_numbers(numbers: dict) -> list[Row]:
 
 
 def trainer_rows(ctx) -> list[Row]:
-    """Rows of the trainer section (keys: ``fold_in(ctx.key, 22)``)."""
-    return rows_from_numbers(trainer_numbers(jax.random.fold_in(ctx.key, 22)))
+    """Rows of the trainer section (keys: ``fold_in(ctx.key, 22)``), then its Gaussian-head
+    rows on the LQR testbed (``sections.trainer_gaussian``)."""
+    from vccc_jax.verify.sections.trainer_gaussian import gaussian_rows
+
+    return rows_from_numbers(trainer_numbers(jax.random.fold_in(ctx.key, 22))) + gaussian_rows(ctx)
