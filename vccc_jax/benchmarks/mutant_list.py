@@ -24,9 +24,92 @@ class Mutant(NamedTuple):
 
 
 _TRAINER = ("tests/train/test_conformance.py", "tests/train/test_trainer_envs.py")
+_CONT = ("tests/train/test_continuous.py",)
+_HEADS = "vccc_jax/envs/policy_heads.py"
+_TSEC = ("tests/verify/test_trainer_section.py",)
 _BYO = ("tests/verify/test_byo.py",)
 
 MUTANTS = (
+    # ---------------------------------------------------------------- issue 44: Gaussian head
+    Mutant("head-tanh-logdet-dropped", _HEADS,
+           "distrax.Block(distrax.Chain([affine, distrax.Tanh()]), 1)",
+           "distrax.Block(distrax.Chain([affine, distrax.Lambda(forward=jnp.tanh, inverse=jnp.arctanh, "
+           "forward_log_det_jacobian=jnp.zeros_like, event_ndims_in=0)]), 1)",
+           "the squashed policy's density misses -sum log|da/du|: it no longer integrates to 1",
+           "issue 44"),
+    Mutant("head-std-vs-variance", _HEADS, "z = (action - mean) * jnp.exp(-log_std)",
+           "z = (action - mean) * jnp.exp(-2 * log_std)",
+           "every Gaussian log-density (log pi, log mu, the log-ratios) with std^2 for std",
+           "issue 44", _CONT),
+    Mutant("head-noise-scale-not-logged", "vccc_jax/envs/rollout.py",
+           "log_mu = head.log_prob(log_mu_all, action)", "log_mu = head.log_prob(log_b_all, action)",
+           "the behaviour samples from std x noise_scale (a temperature) but logs the unscaled "
+           "density: every log-ratio off", "issue 44", _CONT),
+    # ---------------------------------------------------------------- issue 44: held out (item 6)
+    Mutant("continuous-truncation-as-termination", "vccc_jax/envs/rollout.py",
+           "terminated = jnp.asarray(terminated, bool)\n        truncated = jnp.logical_and(",
+           "terminated = jnp.asarray(terminated, bool) | jnp.asarray(truncated, bool)\n        "
+           "truncated = jnp.logical_and(",
+           "a time-limit cut (Pendulum, lqr:, brax:) logged as a termination: no bootstrap there",
+           "issue 44", _CONT),
+    Mutant("critic-first-stale-advantages", "vccc_jax/train/learner.py",
+           "batch = batch._replace(advantages=prep.advantages)",
+           "batch = batch._replace(advantages=batch.advantages)",
+           "critic-first's actor uses the start-of-update critic's advantages", "issue 44"),
+    Mutant("bstar-h-ignores-termination", "vccc_jax/train/learner.py",
+           "t.rewards + t.discounts * t.next_values", "t.rewards + cfg.gamma * t.next_values",
+           "b_psi regresses toward b* with H bootstrapping past terminal states", "issue 44"),
+    Mutant("vtrace-pg-clip-cbar", "vccc_jax/train/targets.py",
+           "clip_pg_rho_threshold=rho_bar,", "clip_pg_rho_threshold=c_bar,",
+           "the trainer's V-trace actor advantages clipped at cbar instead of rhobar", "issue 44",
+           _TSEC),
+    Mutant("verify-trainer-log-rhos-self", "vccc_jax/verify/sections/trainer.py",
+           'out["log_rhos"] = (tx.log_rhos, x["log_rhos"])',
+           'out["log_rhos"] = (tx.log_rhos, tx.log_rhos)',
+           "the trainer's log-ratio row compares them with themselves: any log-ratio bug passes",
+           "issue 44"),
+    Mutant("verify-trainer-actor-at-pi-k", "vccc_jax/verify/sections/trainer.py",
+           "theta = _perturb(actor, k_t, 0.3)", "theta = actor",
+           "the trainer's actor rows at theta = pi_k, where no PPO clip fires: clip bugs pass",
+           "issue 44"),
+    # ---------------------------------------------------------------- issue 44: our own
+    Mutant("head-z-uses-pi-mass", _HEADS, "return le_pi + c * (1.0 - le_mu)",
+           "return le_pi + c * (1.0 - le_pi)",
+           "Z(s) of a Gaussian pair with the clipped mass measured under pi, not mu", "issue 44",
+           _CONT),
+    Mutant("head-z-mask-one-sided", _HEADS,
+           "return _p_rho_le(m_pi, log_s_pi, m_mu, log_s_mu, jnp.log(c))[0] - _p_rho_le(",
+           "return _p_rho_le(m_pi, log_s_pi, m_mu, log_s_mu, jnp.log(c))[0] - 0 * _p_rho_le(",
+           "the masked Z ignores the lower threshold rho >= 1/c", "issue 44"),
+    Mutant("head-lag0-not-exact", _HEADS, "return jnp.where(same, known, self.log_prob(rows, action))",
+           "return self.log_prob(rows, action)",
+           "lag-0 Gaussian log-ratios 0 only up to rounding (two compilations of one density)",
+           "issue 44", _CONT),
+    Mutant("head-kl-sign", _HEADS, "return jnp.sum(lq - lp + 0.5", "return jnp.sum(lp - lq + 0.5",
+           "KL(pi_k || mu) of Gaussians wrong (kl_pi_mu, pi_old_kl)", "issue 44"),
+    Mutant("head-entropy-one-dim", _HEADS,
+           "+ 0.5 * self.action_dim * (1.0 + math.log(2 * math.pi))",
+           "+ 0.5 * (1.0 + math.log(2 * math.pi))",
+           "the entropy bonus of an m-d Gaussian counts the constant once", "issue 44"),
+    Mutant("head-no-clip-to-box", _HEADS, "return jnp.clip(u, low, high)", "return u",
+           "the env receives actions outside its box", "issue 44"),
+    Mutant("head-interpolate-alpha-swapped", _HEADS,
+           "prec_m, prec_p = (1.0 - alpha) * jnp.exp(-2 * lm), alpha * jnp.exp(-2 * lp)",
+           "prec_m, prec_p = alpha * jnp.exp(-2 * lm), (1.0 - alpha) * jnp.exp(-2 * lp)",
+           "A-3PO's proximal Gaussian leans toward mu as the lag grows", "issue 44"),
+    Mutant("setup-mlp-actor-on-lqr", "vccc_jax/train/setup.py",
+           '() if kind == "lqr" else hidden', "hidden",
+           "lqr: runs with an MLP actor: V^pi no longer exact", "issue 44", _CONT),
+    Mutant("lqr-truth-noise-scale-dropped", "vccc_jax/train/exact_metrics.py",
+           "linear_gaussian(p, log_noise_scale)", "linear_gaussian(p)",
+           "exact_err_mu / exact_err_mix at the unscaled behaviour", "issue 44", _CONT),
+    Mutant("lqr-mixture-weights-ignored", "vccc_jax/tabular/lqr.py", "return weights @ outs",
+           "return outs.mean(0)", "V^{mubar} of the uniform, not the logged, version mix",
+           "issue 44", _CONT),
+    Mutant("config-z-refusal-gone", "vccc_jax/train/config.py",
+           "row.uses_z and action_dim(cfg.env) != 1", "row.uses_z and action_dim(cfg.env) == 0",
+           "Z-centred targets accepted on m > 1 Gaussian actions (no closed form): a crash "
+           "after compiling", "issue 44", _CONT),
     # ---------------------------------------------------------------- issue 28: per-env rollout
     Mutant("rollout-lag0-where", "vccc_jax/envs/acting.py",
            "return jnp.where((lag == 0)[..., None], own_log_probs,",
