@@ -68,11 +68,11 @@ MUTANTS = (
            'out["log_rhos"] = (tx.log_rhos, x["log_rhos"])',
            'out["log_rhos"] = (tx.log_rhos, tx.log_rhos)',
            "the trainer's log-ratio row compares them with themselves: any log-ratio bug passes",
-           "issue 44"),
+           "issue 44", _TSEC),
     Mutant("verify-trainer-actor-at-pi-k", "vccc_jax/verify/sections/trainer.py",
            "theta = _perturb(actor, k_t, 0.3)", "theta = actor",
            "the trainer's actor rows at theta = pi_k, where no PPO clip fires: clip bugs pass",
-           "issue 44"),
+           "issue 44", _TSEC),
     # ---------------------------------------------------------------- issue 44: our own
     Mutant("head-z-uses-pi-mass", _HEADS, "return le_pi + c * (1.0 - le_mu)",
            "return le_pi + c * (1.0 - le_pi)",
