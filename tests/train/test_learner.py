@@ -46,3 +46,56 @@ def test_env_minibatches_shuffle_with_the_key_and_reject_bad_sizes():
     np.testing.assert_array_equal(np.sort(a.ravel()), np.sort(b.ravel()))
     with pytest.raises(ValueError, match="num_minibatches=3 must divide"):
         env_minibatches(jax.random.PRNGKey(0), batch, 3)
+
+
+@pytest.fixture(scope="module")
+def protocol_batch():
+    """One CartPole rollout (episodes terminate inside it) through ``learner.prepare`` and
+    ``learner_batch`` with the learned baseline and critic-first, as ``trainer.update`` does."""
+    from vccc_jax.train import learner
+    from vccc_jax.train.config import TrainConfig
+    from vccc_jax.train.trainer import Trainer, rollout_step
+
+    cfg = TrainConfig(env="CartPole-v1", num_envs=4, num_steps=32, total_timesteps=256,
+                      num_minibatches=2, update_epochs=1, hidden=8, num_layers=1, critic="vccc",
+                      baseline="learned", critic_first=True, critic_steps=2)
+    tr = Trainer(cfg)
+    st = jax.tree_util.tree_map(lambda x: x[0], tr.init())
+    setup, values = tr.setup, tr.values
+    _, traj = jax.jit(lambda s: rollout_step(setup, values, s.actor_params, s.versions, s.env,
+                                             s.key, 0))(st)
+    prep = learner.prepare(setup, values, traj, st.critic_params, st.baseline_params)
+    lp, lp_all = learner.pi_old(setup, values, None, traj, prep)
+    batch = learner.learner_batch(setup, values, traj, prep, None, lp, lp_all)
+    params = learner.Learnable(st.actor_params, st.critic_params, st.actor_opt_state,
+                               st.critic_opt_state, st.baseline_params, st.baseline_opt_state)
+    return setup, values, traj, prep, batch, params
+
+
+def test_bstar_h_is_the_one_step_backup_with_termination(protocol_batch):
+    """H = r + gamma (1 - terminal) Vbar(s') (Eq 9's H): exactly r where an episode terminated."""
+    setup, _, traj, prep, _, _ = protocol_batch
+    t = prep.inputs.transitions
+    term = np.asarray(traj.terminated)
+    assert term.any() and not term.all()
+    h, r = np.asarray(prep.bstar_h), np.asarray(traj.reward)
+    np.testing.assert_array_equal(h[term], r[term])
+    want = r + 0.99 * np.asarray(t.next_values)
+    np.testing.assert_allclose(h[~term], want[~term], rtol=1e-6)
+
+
+def test_critic_first_actor_phase_recomputes_its_advantages(protocol_batch):
+    """Critic-first (issue 11 Sec 2): the actor's advantages come from the UPDATED critic, so
+    the advantages in the batch it is handed are never read: garbage there changes nothing."""
+    from vccc_jax.train import learner
+
+    setup, values, traj, _, batch, params = protocol_batch
+    run = jax.jit(lambda b: learner.learn_critic_first(setup, values, params, b, traj,
+                                                       jax.random.PRNGKey(3))[0])
+    clean = run(batch)
+    garbage = run(batch._replace(advantages=batch.advantages * 0.0 + 5.0))
+    for a, b in zip(jax.tree_util.tree_leaves(clean), jax.tree_util.tree_leaves(garbage)):
+        np.testing.assert_array_equal(a, b)
+    moved = jax.tree_util.tree_map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
+                                   params.actor_params, clean.actor_params)
+    assert max(jax.tree_util.tree_leaves(moved)) > 0   # the actor phase did learn

@@ -74,3 +74,36 @@ def test_z_with_pi_and_mu_swapped_fails_the_z_centred_rows(monkeypatch):
     monkeypatch.setattr(importance, "expected_weight", swapped)
     failed = {r.name for r in sec.rows_from_numbers(sec.trainer_numbers(KEY)) if not r.passed}
     assert failed == {"trainer Z-centred b=0: = truncated mean", "trainer targets = library: Z-centred"}
+
+
+def test_a_trainer_log_ratio_bug_fails_the_log_ratio_row(monkeypatch):
+    """The row compares the trainer's log-ratios with ones built from the tables (not with
+    themselves): log pi_k shifted by 0.01 in the head the trainer uses fails it."""
+    from vccc_jax.envs import policy_heads
+
+    clean = policy_heads.CategoricalHead.log_prob_as
+    monkeypatch.setattr(policy_heads.CategoricalHead, "log_prob_as",
+                        lambda self, *a: clean(self, *a) + 0.01)
+    failed = {r.name for r in sec.rows_from_numbers(sec.trainer_numbers(KEY)) if not r.passed}
+    assert "trainer log-ratios = log pi - log mu" in failed
+
+
+def test_the_actor_rows_see_the_ppo_clip(monkeypatch):
+    """The actor rows are evaluated at theta != pi_k, where the PPO clip binds: a trainer whose
+    actor loss drops the clip fails the PPO rows (at theta = pi_k every ratio is 1 and no clip
+    would ever fire)."""
+    import types
+
+    from vccc_jax.estimators import actor as actor_lib
+    from vccc_jax.train import losses
+
+    def no_clip(*args, **kw):
+        return actor_lib.policy_loss(*args, **dict(kw, ppo_epsilon=None))
+
+    fake = types.SimpleNamespace(**{k: getattr(actor_lib, k) for k in dir(actor_lib)
+                                    if not k.startswith("__")})
+    fake.policy_loss = no_clip
+    monkeypatch.setattr(losses, "actor_lib", fake)
+    failed = {r.name for r in sec.rows_from_numbers(sec.trainer_numbers(KEY)) if not r.passed}
+    assert {"trainer actor loss = library: icepop x PPO",
+            "trainer actor grad = library: icepop x PPO"} <= failed

@@ -1,4 +1,4 @@
-"""``vccc bench train --continuous``: the continuous-action trainer (``train.continuous``) against
+"""``vccc bench train --continuous``: the one trainer (``train.trainer``, Gaussian head) against
 an in-process PureJaxRL continuous-PPO reference on Pendulum-v1 (issue 31).
 
 Rows (same timing as ``benchmarks.train``: whole training compiled once, round-robin, best of
@@ -14,8 +14,8 @@ Rows (same timing as ``benchmarks.train``: whole training compiled once, round-r
   lag8-vccc   K = 8, uniform lags, VCCC one-step critic
 
 Config: Pendulum-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches, lr 3e-4. Our rows run the
-jitted per-update function of ``ContinuousTrainer`` under one ``lax.scan`` over the updates
-(seeds vmapped), so no Python loop is timed. Targets (issue 31): sync-gae >= 1.0x the
+trainer's ``train_scan`` (``benchmarks.train.prepare_trainer``: one ``lax.scan`` over the
+updates, seeds vmapped), so no Python loop is timed. Targets (issue 31): sync-gae >= 1.0x the
 reference; lag8-vccc within 10% of sync-gae.
 """
 
@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vccc_jax.benchmarks.train import ROWS, Prepared, compile_cold_warm, compile_placements
+from vccc_jax.benchmarks.train import prepare_trainer as prepare_our_trainer
 
 ENV = "Pendulum-v1"
 CONFIG = {"LR": 3e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4,
@@ -197,33 +198,24 @@ def train_config(name: str, seeds: int, timesteps: int, actor: str = "truncate")
     """The TrainConfig of one of our rows."""
     from vccc_jax.train.config import TrainConfig
 
-    return TrainConfig(env=ENV, num_envs=CONFIG["NUM_ENVS"], num_steps=CONFIG["NUM_STEPS"],
-                       update_epochs=CONFIG["UPDATE_EPOCHS"], num_minibatches=CONFIG["NUM_MINIBATCHES"],
-                       actor_lr=CONFIG["LR"], critic_lr=CONFIG["LR"], ent_coef=CONFIG["ENT_COEF"],
-                       total_timesteps=timesteps, num_seeds=seeds, actor=actor, **CONTINUOUS_ROWS[name])
+    return TrainConfig(**config_fields(name, seeds, timesteps, actor))
+
+
+def config_fields(name: str, seeds: int, timesteps: int, actor: str = "truncate") -> dict:
+    """The TrainConfig fields of one of our rows (the reference's sizes and rates)."""
+    return dict(env=ENV, num_envs=CONFIG["NUM_ENVS"], num_steps=CONFIG["NUM_STEPS"],
+                update_epochs=CONFIG["UPDATE_EPOCHS"], num_minibatches=CONFIG["NUM_MINIBATCHES"],
+                actor_lr=CONFIG["LR"], critic_lr=CONFIG["LR"], ent_coef=CONFIG["ENT_COEF"],
+                total_timesteps=timesteps, num_seeds=seeds, actor=actor, **CONTINUOUS_ROWS[name])
 
 
 def prepare_trainer(name: str, seeds: int, timesteps: int, actor: str = "truncate",
                     warm: bool = True) -> Prepared:
-    """One of our rows: ``ContinuousTrainer._update`` scanned over the run, seeds vmapped."""
-    from vccc_jax.train.continuous import ContinuousTrainer
-
-    cfg = train_config(name, seeds, timesteps, actor)
-    trainer = ContinuousTrainer(cfg)
-    keys = jax.random.split(jax.random.PRNGKey(0), seeds)
-    states = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[trainer.init(k) for k in keys])
-    n = cfg.num_updates
-
-    def run(st):
-        return jax.vmap(lambda s: jax.lax.scan(lambda c, _: trainer._update(c), s, None, n))(st)
-
-    compiled, cold, warm_s = compile_cold_warm(run, (states,)) if warm else (
-        jax.jit(run).lower(states).compile(), float("nan"), None)
-
-    def final(out):
-        return float(np.nanmean(np.asarray(out[1]["episode_return"])[:, -10:]))
-
-    return Prepared(name, compiled, (states,), cold, n * cfg.batch_size * seeds, final, warm_s)
+    """One of our rows: the one trainer (``train.trainer``, its Gaussian head chosen from
+    Pendulum's Box action space), exactly as ``benchmarks.train`` times the discrete rows."""
+    fields = config_fields(name, seeds, timesteps, actor)
+    fields.pop("total_timesteps"), fields.pop("num_seeds")
+    return prepare_our_trainer(name, seeds, timesteps, warm, **fields)
 
 
 def prepare(names: Sequence[str], seeds: int, timesteps: int, actor: str = "truncate",

@@ -33,6 +33,8 @@ def envs() -> str:
     from vccc_jax.envs import brax_env, make, spec, token_env
 
     rows = [(name, "gymnax", "--env " + name) for name in make.ENVS]
+    rows += [(name, "gymnax, continuous actions", "--env " + name + " (Gaussian actor; "
+              "--noise-scale, --squash)") for name in spec.CONTINUOUS_GYMNAX]
     rows.append(("tabular:KEY=V,...", "tabular MDP, exact V^pi",
                  "keys: " + " ".join(spec.TABULAR_KEYS) + "; family: "
                  + "|".join(make.TABULAR_FAMILIES) + " (e.g. tabular:family=garnet,S=8)"))

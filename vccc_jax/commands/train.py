@@ -403,10 +403,8 @@ def _prepare(argv: list[str]):
     start_distributed(argv)  # before gymnax is imported
     args.mesh_obj = mesh_of(args)
     cfg = runs_train.config_from(fields, where)
-    from vccc_jax.runs.continuous import check_continuous
     from vccc_jax.train.sharding import check_divisible
 
-    check_continuous(cfg, resume=mode == run_dir.RESUME)
     check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
     if args.dry_run:
         return lambda: _dry_run_one(cfg, out, mode)
@@ -480,24 +478,9 @@ def _stopped(out: Path, e) -> str:
             "--resume` continues it")
 
 
-def _continuous(cfg, out: Path, args) -> int:
-    """Continuous actions (lqr:, Pendulum-v1, MountainCarContinuous-v0): ``runs.continuous``."""
-    from vccc_jax.runs.continuous import run_continuous
-
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    for key, value in run_continuous(cfg, out, progress).items():
-        print(f"{key:>18}: {value:.4g} (mean over the last 10% of updates, {cfg.num_seeds} seeds)")
-    print(f"results: {out}")
-    return 0
-
-
 def _single(cfg, out: Path, args, resume: bool, command: list) -> int:
     from vccc_jax.runs.distributed import is_main
     from vccc_jax.runs.train import Interrupted, run_one
-    from vccc_jax.train.continuous import wants_continuous
-
-    if wants_continuous(cfg.env):  # checked in _prepare (runs.continuous.check_continuous)
-        return _continuous(cfg, out, args)
 
     every, seconds = args.checkpoint_every
     try:

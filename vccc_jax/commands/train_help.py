@@ -32,6 +32,8 @@ FIELD_HELP = {
     "switch_stride": "versions gained per mid-rollout switch",
     "temperature": "behaviour sampling temperature (logged in log mu)",
     "top_k": "behaviour top-k sampling (0: off)",
+    "noise_scale": "continuous actions: the behaviour samples from std x this (logged in log mu)",
+    "squash": "continuous actions: tanh-squash the Gaussian into the action box (else clip)",
     "critic": "critic target (vccc list critics), e.g. gae, vccc, truncated, vtrace",
     "critic_lambda": "lambda of gae / vtrace targets (none: --gae-lambda)",
     "clip": "weight clip c of truncated / masked / *_baseline targets",

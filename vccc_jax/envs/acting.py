@@ -31,6 +31,7 @@ the loop. :func:`step_logits` is the one call
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 
 import chex
@@ -370,11 +371,13 @@ NEWEST_ROWS = 512
 
 
 def newest_log_probs(apply_fn: ApplyFn, newest: Any, obs: Array, lag: Array,
-                     own_log_probs: Array) -> Array:
+                     own_log_probs: Array,
+                     normalize: Callable[[Array], Array] = functools.partial(
+                         jax.nn.log_softmax, axis=-1)) -> Array:
     """log pi_k [T, B, A] of a whole rollout: forwards of the ``newest`` params over its
     observations ``obs`` [T, B, ...], ``max(1, NEWEST_ROWS // B)`` steps at a time (all at
     once when that is all of them; ``vmap`` over steps: env-sharded rows stay where they
-    are), log-softmaxed; except where
+    are), log-softmaxed (``normalize``: the policy head's rows of the output); except where
     ``lag`` [T, B] is 0, which keep ``own_log_probs`` [T, B, A] (log_softmax of the
     behaviour logits): that version IS the newest, through the per-env or chunk kernel,
     which may round differently from this forward, and lag 0 must give the very bits the env
@@ -385,7 +388,7 @@ def newest_log_probs(apply_fn: ApplyFn, newest: Any, obs: Array, lag: Array,
     steps = max(1, NEWEST_ROWS // num_envs)
     logits = (jax.vmap(apply_fn, in_axes=(None, 0))(newest, obs) if steps >= num_steps else
               jax.lax.map(lambda o: apply_fn(newest, o), obs, batch_size=steps))
-    return jnp.where((lag == 0)[..., None], own_log_probs, jax.nn.log_softmax(logits, axis=-1))
+    return jnp.where((lag == 0)[..., None], own_log_probs, normalize(logits))
 
 
 def step_logits(apply_fn: ApplyFn, actor: Any, lags: Optional[Array], obs: Array, t: Array, *,

@@ -11,8 +11,10 @@ environments. Each step records, time-major ``[T, B, ...]``:
 * ``final_obs``: the observation the step produced before any auto-reset (equal to
   ``obs[t+1]`` unless the episode ended at t);
 * ``log_mu`` = log mu(a_t|s_t) of the *actual* sampling distribution (logits / temperature,
-  top-k truncation included) and ``log_mu_all`` [T, B, A], the whole sampling distribution
-  (actions are discrete), which score centering (Eq 13) and Z(s) (§4.2) need;
+  top-k truncation included; a Gaussian's noise scale) and ``log_mu_all`` [T, B, P], the
+  whole sampling distribution as the head's rows (``envs.policy_heads``: log-probs of every
+  discrete action, or a Gaussian's [mean, log_std]), which Z(s) (§4.2) and score centering
+  (Eq 13) need;
 * ``log_pi_all`` [T, B, A]: log-probs of the newest actor version (the learner's pi_k at
   temperature 1) at s_t. The learner does not move during a rollout, so pi_k is known here,
   and lag-0 log-ratios are exactly zero: under the tables an env at lag 0 reads its
@@ -45,6 +47,7 @@ from flax import struct
 
 from vccc_jax.envs import acting, samplers
 from vccc_jax.envs import lag as lag_lib
+from vccc_jax.envs.policy_heads import CategoricalHead
 
 Array = chex.Array
 ApplyFn = acting.ApplyFn  # (params, obs) -> logits [..., A]
@@ -174,21 +177,22 @@ class Trajectory:
 
 
 def step_draws(key: Array, num_steps: int, num_envs: int,
-               logits: Optional[jax.ShapeDtypeStruct]) -> tuple:
+               logits: Optional[jax.ShapeDtypeStruct], head=None) -> tuple:
     """The scan inputs of a rollout: (step index [T], action key [T, 2], env keys [T, B, 2],
-    Gumbel noise [T, B, A] or None), every random draw of the loop made before it, one
+    action noise [T, ...] or None), every random draw of the loop made before it, one
     batched call each. They are the very bits the loop body would draw step by step (step t
-    splits ``split(key, T)[t]`` into an action and an env key; ``jax.random.categorical`` is
-    the argmax of the log-probs plus ``gumbel(action key, logits shape)``; threefry is
-    counter-based, so ``vmap`` over the keys changes nothing), without a threefry call per
-    draw inside the loop: XLA:CPU runs each as a 5-trip while loop of small kernels. The
-    noise is there when ``logits`` (the shape and dtype of one step's behaviour logits [B, A])
-    is given: actions come from ``jax.random.categorical``; a sampler draws its own."""
+    splits ``split(key, T)[t]`` into an action and an env key; threefry is counter-based, so
+    ``vmap`` over the keys changes nothing), without a threefry call per draw inside the
+    loop: XLA:CPU runs each as a 5-trip while loop of small kernels. The noise is there when
+    ``logits`` (the shape and dtype of one step's behaviour output [B, P]) is given:
+    ``head.noise`` of each step's action key (the categorical head's Gumbel noise:
+    ``jax.random.categorical`` is the argmax of the log-probs plus it; the Gaussian head's
+    standard normal draws); a sampler draws its own."""
+    head = CategoricalHead() if head is None else head
     both = jax.vmap(jax.random.split)(jax.random.split(key, num_steps))  # [T, 2, 2]
     k_act, k_env = both[:, 0], both[:, 1]
     env_keys = jax.vmap(lambda k: jax.random.split(k, num_envs))(k_env)
-    noise = None if logits is None else jax.vmap(
-        lambda k: jax.random.gumbel(k, logits.shape, logits.dtype))(k_act)
+    noise = None if logits is None else jax.vmap(lambda k: head.noise(k, logits))(k_act)
     return jnp.arange(num_steps, dtype=jnp.int32), k_act, env_keys, noise
 
 
@@ -211,12 +215,14 @@ def rollout(
     sampler: Optional[samplers.SamplerSpec] = None,
     env_discounts: bool = False,
     record_behaviour_log_probs: bool = False,
+    head: Any = None,
 ) -> tuple[EnvCarry, Trajectory]:
     """Run ``num_steps`` steps of every env in ``carry``; returns (new carry, Trajectory).
 
     Args:
-      env, env_params: a gymnax environment (discrete actions) and its params.
-      apply_fn: (params, obs) -> logits for one observation or a batch.
+      env, env_params: a gymnax environment and its params.
+      apply_fn: (params, obs) -> the actor's output (logits, or a Gaussian's [mean, log_std])
+        for one observation or a batch.
       actor: plain actor params (synchronous: every env acts with them, lag 0), a
         :class:`~vccc_jax.envs.lag.VersionBuffer` (env b acts with the version ``lags[b]``
         updates old, capped by the versions pushed so far; the actor runs once per version
@@ -246,12 +252,18 @@ def rollout(
       record_behaviour_log_probs: also record ``Trajectory.log_b_all`` = log_softmax of the
         behaviour version's logits (the training-side log-probs of that version, before the
         sampler's temperature / top-k / mismatch), for the decoupled ``pi_old_route="exact"``.
+      head: the actor's distribution (``envs.policy_heads``): what the log-prob "rows"
+        ``log_mu_all`` / ``log_pi_all`` / ``log_b_all`` hold, how actions are drawn and what
+        the env receives. Default: ``CategoricalHead(temperature, top_k)``; a Gaussian head
+        logs [mean, log_std] rows and continuous actions (the pre-squash u).
 
     Envs whose info has ``"is_action"`` (the token env) get ``Trajectory.is_action``; on a
     non-action (tool) step the behaviour row is replaced by pi_k's (log mu := log pi_k), so
     the log-ratio is exactly 0 and every correction reduces to its uncorrected form there.
     """
     num_envs = carry.obs.shape[0]
+    if head is None:
+        head = CategoricalHead(temperature=temperature, top_k=top_k)
     if isinstance(actor, acting.SortedVersions) and switch_every > 0:
         raise ValueError("acting.SortedVersions fixes each env's lag for the rollout: no "
                          "mid-rollout switches (use acting.env_versions or acting.lag_table)")
@@ -273,20 +285,20 @@ def rollout(
         logits_mu, logits_pi, lag_t, version = acting.step_logits(
             apply_fn, actor, lags, state.obs, t, switch_every=switch_every,
             switch_stride=switch_stride)
-        log_b_all = jax.nn.log_softmax(logits_mu, axis=-1)  # (unused ones are not computed)
+        log_b_all = head.normalize(logits_mu)  # (unused ones are not computed)
         # pi_k's log-probs; under the per-env and sorted paths the behaviour's stand in
         # until the forward after the loop
-        log_pi_all = log_b_all if logits_pi is None else jax.nn.log_softmax(logits_pi, -1)
+        log_pi_all = log_b_all if logits_pi is None else head.normalize(logits_pi)
         if sampler is None:
-            log_mu_all = sampling_log_probs(logits_mu, temperature, top_k)
-            # = jax.random.categorical(k_act, log_mu_all): argmax of log-probs + Gumbel noise
-            action = jnp.argmax(log_mu_all + noise, axis=-1).astype(jnp.int32)
-            log_mu = jnp.take_along_axis(log_mu_all, action[:, None], axis=-1)[:, 0]
+            log_mu_all = head.behaviour(logits_mu)
+            # categorical: = jax.random.categorical(k_act, log_mu_all) (argmax + Gumbel)
+            action = head.sample(log_mu_all, noise)
+            log_mu = head.log_prob(log_mu_all, action)
         else:
             drawn = samplers.sample(k_act, logits_mu, sampler)
             action, log_mu, log_mu_all = drawn.token, drawn.log_prob, drawn.log_probs
         obs, env_state, reward, terminated, truncated, final_obs, info = step_env(
-            env, env_keys, state.env_state, action, env_params
+            env, env_keys, state.env_state, head.env_action(action), env_params
         )
         is_action = info.get("is_action")
         if is_action is not None:
@@ -330,13 +342,12 @@ def rollout(
     carry, traj = jax.lax.scan(one_step, carry, step_draws(
         key, num_steps, num_envs, None if sampler is not None else jax.eval_shape(
             lambda o: acting.step_logits(apply_fn, actor, lags, o, jnp.int32(0))[0],
-            carry.obs)))
+            carry.obs), head))
     newest = acting.newest_after(actor)
     if newest is not None:
         traj = traj.replace(log_pi_all=acting.newest_log_probs(
-            apply_fn, newest, traj.obs, traj.lag, traj.log_pi_all))
+            apply_fn, newest, traj.obs, traj.lag, traj.log_pi_all, head.normalize))
     if traj.is_action is not None:  # tool steps: no behaviour ratio (log rho := 0)
         log_mu_all = jnp.where(traj.is_action[..., None], traj.log_mu_all, traj.log_pi_all)
-        traj = traj.replace(log_mu_all=log_mu_all, log_mu=jnp.take_along_axis(
-            log_mu_all, traj.action[..., None], axis=-1)[..., 0])
+        traj = traj.replace(log_mu_all=log_mu_all, log_mu=head.log_prob(log_mu_all, traj.action))
     return carry, traj

@@ -43,6 +43,16 @@ LQR_KEYS = {"dim": int, "act": int, "gamma": float, "seed": int, "radius": float
 SPEC_KINDS = ("tabular", "token", "lqr", "brax")
 
 
+#: gymnax envs with a Box action space (the other gymnax envs here are discrete)
+CONTINUOUS_GYMNAX = ("Pendulum-v1", "MountainCarContinuous-v0")
+
+
+def continuous_actions(name: str) -> bool:
+    """Does the env ``name`` have continuous actions (``lqr:`` / ``brax:`` specs and
+    :data:`CONTINUOUS_GYMNAX`)? Pure Python: the trainer's config checks use it before JAX."""
+    return env_kind(name) in ("lqr", "brax") or name in CONTINUOUS_GYMNAX
+
+
 def env_kind(name: str) -> str:
     """"tabular", "token", "lqr", "brax" (:data:`SPEC_KINDS`) or "gymnax" for an env name."""
     head = name.partition(":")[0]

@@ -275,3 +275,34 @@ def discounted_state_moments(lqr: LQR, pol: GaussianPolicy) -> tuple[Array, Arra
                     + (jnp.outer(f0, f0) + w_pi) / (1.0 - g))
     x_sum = lyapunov(f.T, rhs, g)                                    # X = gamma F X F' + rhs
     return (1.0 - g) * s_sum, (1.0 - g) * x_sum
+
+
+@jax.jit
+def mixture_value(lqr: LQR, pols: GaussianPolicy, weights: Array) -> Quadratic:
+    """V of the mixture policy that acts with ``pols[l]`` (leaves with a leading axis L) with
+    probability ``weights[l]`` at every step: the fixed point of V = sum_l w_l T_{pi_l} V.
+
+    That map is affine in the coefficients (mat, vec, const) of a quadratic V, so its fixed
+    point is one linear solve in the n^2 + n + 1 coefficients (the map's matrix by
+    ``jax.jacfwd``); finite iff the mixture's closed loop is stable in mean square (then
+    the solve's matrix is invertible). ``weights`` = one-hot gives :func:`value`.
+    """
+    n = lqr.n
+    zero = Quadratic(jnp.zeros((n, n), lqr.a.dtype), jnp.zeros(n, lqr.a.dtype),
+                     jnp.zeros((), lqr.a.dtype))
+
+    def flat(v: Quadratic) -> Array:
+        return jnp.concatenate([v.mat.reshape(-1), v.vec, v.const[None]])
+
+    def unflat(x: Array) -> Quadratic:
+        return Quadratic(x[:n * n].reshape(n, n), x[n * n:n * n + n], x[-1])
+
+    def t_mix(x: Array) -> Array:
+        outs = jax.vmap(lambda p: flat(bellman(lqr, p, unflat(x))))(pols)
+        return weights @ outs
+
+    x0 = flat(zero)
+    jac, b = jax.jacfwd(t_mix)(x0), t_mix(x0)
+    x = jnp.linalg.solve(jnp.eye(x0.shape[0], dtype=x0.dtype) - jac, b)
+    v = unflat(x)
+    return Quadratic(_sym(v.mat), v.vec, v.const)

@@ -38,13 +38,12 @@ def data_metrics(setup: Setup, values: GridValues, ltraj, valid, prep) -> dict:
         clip=setup_lib.weight_clip(setup, values),
         versions=jnp.clip(ltraj.lag, 0, K + cfg.replay_updates - 1).T,
         num_versions=K + cfg.replay_updates)
-    pi_all = jnp.exp(ltraj.log_pi_all)
-    # KL(pi_k || mu); actions mu cannot emit (top-k) count with log-ratio MAX_LOG_RHO
-    log_mu_floor = jnp.maximum(ltraj.log_mu_all, ltraj.log_pi_all - importance.MAX_LOG_RHO)
-    kl = wmean(jnp.sum(pi_all * (ltraj.log_pi_all - log_mu_floor), axis=-1), valid)
+    # KL(pi_k || mu) (categorical: actions mu cannot emit count with log-ratio MAX_LOG_RHO)
+    kl = wmean(setup.head.kl(ltraj.log_pi_all, ltraj.log_mu_all), valid)
     targets = prep.targets
     out = {}
     if setup.sampler is not None or cfg.top_k > 0:
+        pi_all = jnp.exp(ltraj.log_pi_all)
         # pi_k mass off the sampler's support (top-k / top-p: log mu = -inf), averaged
         # over the batch's policy steps (tool steps have mu := pi_k, so none there)
         off = jnp.sum(jnp.where(jnp.isneginf(ltraj.log_mu_all), pi_all, 0.0), axis=-1)
@@ -68,8 +67,6 @@ def data_metrics(setup: Setup, values: GridValues, ltraj, valid, prep) -> dict:
     }
 
 
-def pi_old_kl(ltraj, valid, log_pi_old_all: Array) -> Array:
-    """KL(pi_k || pi_old) over the batch (log-ratios floored at -MAX_LOG_RHO)."""
-    pi_all = jnp.exp(ltraj.log_pi_all)
-    return wmean(jnp.sum(pi_all * (ltraj.log_pi_all - jnp.maximum(
-        log_pi_old_all, ltraj.log_pi_all - importance.MAX_LOG_RHO)), axis=-1), valid)
+def pi_old_kl(setup: Setup, ltraj, valid, log_pi_old_all: Array) -> Array:
+    """KL(pi_k || pi_old) over the batch (categorical: log-ratios floored at -MAX_LOG_RHO)."""
+    return wmean(setup.head.kl(ltraj.log_pi_all, log_pi_old_all), valid)

@@ -57,6 +57,8 @@ class TrainConfig:
     switch_stride: int = 1  # versions gained per switch
     temperature: float = 1.0  # behaviour sampling temperature (logged in log mu)
     top_k: int = 0  # behaviour top-k sampling (0: off)
+    noise_scale: float = 1.0  # continuous actions: the behaviour samples from std x noise_scale
+    squash: bool = False  # continuous actions: tanh-squash into the box (else clip to it)
     # critic
     critic: str = "gae"  # a key of train.targets.CRITIC_TARGETS
     critic_lambda: Optional[float] = None  # lambda of gae / vtrace targets (None: gae_lambda)
@@ -171,10 +173,12 @@ class TrainConfig:
             importance.check_weight_kind(self.clip_kind, self.clip)
         except ValueError as err:
             raise ValueError(f"clip: {err}") from None
+        need(self.noise_scale > 0, f"noise_scale must be > 0, got {self.noise_scale}")
         law = lag_lib.LagLaw.parse(self.lag)
         law.check(self.resolved_num_versions)
 
         check_comparators(self)
+        check_action_space(self)
 
     @property
     def resolved_num_versions(self) -> int:
@@ -252,6 +256,52 @@ def parse_actor(spec: str) -> tuple[str, bool]:
     if centered and kind not in ACTOR_KINDS:
         raise ValueError(f"actor {spec!r}: score centring needs one of {ACTOR_KINDS}")
     return kind, centered
+
+
+def continuous_actions(env: str) -> bool:
+    """Pure Python: does ``env`` have continuous actions (``envs.spec.continuous_actions``)?
+    The trainer's policy head follows (``train.setup``)."""
+    from vccc_jax.envs.spec import continuous_actions as continuous
+
+    return continuous(env)
+
+
+def action_dim(env: str) -> Optional[int]:
+    """The action dimension of a continuous env known from its name (None: brax, unknown
+    before the env is built)."""
+    from vccc_jax.envs.spec import CONTINUOUS_GYMNAX, env_kind, parse_lqr_spec
+
+    if env_kind(env) == "lqr":
+        return int(parse_lqr_spec(env)["act"])
+    return 1 if env in CONTINUOUS_GYMNAX else None
+
+
+def check_action_space(cfg: "TrainConfig") -> None:
+    """ValueError (one line, with its mathematical reason) for an option that the env's action
+    space cannot have; pure Python, so it fires when the config is parsed, before any compile."""
+    from vccc_jax.estimators import registry
+
+    if not continuous_actions(cfg.env):
+        if cfg.noise_scale != 1.0 or cfg.squash:
+            raise ValueError(f"noise_scale / squash shape a Gaussian policy; {cfg.env!r} has "
+                             "discrete actions (use temperature or sampler)")
+        return
+    finite = "a finite action set; continuous actions have a density on R^m (use noise_scale)"
+    if cfg.sampler or cfg.temperature != 1.0 or cfg.top_k:
+        raise ValueError(f"sampler / temperature / top_k reshape a categorical row over {finite}")
+    if parse_actor(cfg.actor)[1]:
+        raise ValueError("score centring (Eq 13) sums C(a) grad log pi(a) over a finite action "
+                         "set; for a Gaussian with clipped weights that integral has no closed "
+                         "form (use an uncentred actor)")
+    if cfg.critic == "vccc_bstar":
+        raise ValueError("vccc_bstar needs the per-state b* of Eq 9, counted over the visits of "
+                         "a finite state set (tabular envs only)")
+    row = registry.CRITIC_TARGETS.get(cfg.critic)
+    if row is not None and row.uses_z and action_dim(cfg.env) != 1:
+        raise ValueError(f"critic {cfg.critic!r} needs Z(s) = E_mu[min(rho, c)]: closed form "
+                         "for 1-d Gaussian actions only ({rho <= c} is a quadric in R^m, not a "
+                         f"product of per-dimension sets); {cfg.env!r} has "
+                         f"{action_dim(cfg.env) or 'm > 1 (brax)'} action dims")
 
 
 def check_comparators(cfg: "TrainConfig") -> None:

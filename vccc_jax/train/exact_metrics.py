@@ -1,9 +1,12 @@
-"""Exact ground truth of one trainer update on the tabular and token envs (issues 11 §1, 12).
+"""Exact ground truth of one trainer update on the tabular, token and LQR envs (issues 11 §1,
+12, 44).
 
 No Monte-Carlo noise: the actor / critic networks are evaluated on every state of the env
 and the values come from closed-form solvers — ``envs.exact_truth`` (linear solves on a
-``tabular_env``) and ``tabular.token.policy_values`` (backward induction over (position,
-prompt, automaton state, tool countdown)).
+``tabular_env``), ``tabular.token.policy_values`` (backward induction over (position,
+prompt, automaton state, tool countdown)) and ``tabular.lqr`` (Lyapunov solves for the
+linear-Gaussian actor of an ``lqr:`` env; :func:`lqr_metrics`: its D is the fresh rollout's
+visited states, equally weighted, and the ``exact_grad_*`` metrics are NaN there).
 
 Metric names (scalars unless noted; every ``*_err_*`` is an RMSE under the state weights D
 of the update's fresh rollout — the states the learner actually trained on):
@@ -43,6 +46,7 @@ from vccc_jax.envs import tabular_env
 from vccc_jax.envs import token_actor_truth as tat
 from vccc_jax.envs import token_env as token_env_lib
 from vccc_jax.estimators import actor_registry
+from vccc_jax.tabular import lqr as lq
 from vccc_jax.tabular import token as token_task
 
 Array = chex.Array
@@ -230,4 +234,33 @@ def token_metrics(
         out.update(_grad_metrics(grads))
     else:
         out.update(_nan_grad_metrics())
+    return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
+
+
+# ------------------------------------------------------------------------- LQR env
+
+
+def linear_gaussian(params: Any, log_scale: float = 0.0) -> lq.GaussianPolicy:
+    """The ``tabular.lqr`` policy of a linear ``networks.GaussianActor``'s params (the
+    behaviour of noise scale exp(log_scale): log-std shifted by it)."""
+    p = params["params"]
+    return lq.GaussianPolicy(p["Dense_0"]["kernel"].T, p["Dense_0"]["bias"],
+                             p["log_std"] + log_scale)
+
+
+def lqr_metrics(prob: lq.LQR, critic_apply, actor_params, critic_params, stacked_mu_params,
+                log_noise_scale: float, version_weights: Array, obs: Array,
+                valid: Array) -> dict:
+    """Exact metrics of one update on an ``lqr:`` env (module docstring): V^{pi_k}, V^{mu_l}
+    (version l at the behaviour's noise scale) and the replay mixture's V^{mubar}
+    (:func:`tabular.lqr.mixture_value`) in closed form at the fresh rollout's states ``obs``
+    [T, B, n] with sample weights ``valid`` [T, B]."""
+    states = obs.reshape((-1, obs.shape[-1]))
+    w = valid.reshape(-1) / jnp.maximum(jnp.sum(valid), 1.0)
+    v_pi = lq.value(prob, linear_gaussian(actor_params))(states)
+    mus = jax.vmap(lambda p: linear_gaussian(p, log_noise_scale))(stacked_mu_params)
+    v_mus = jax.vmap(lambda m: lq.value(prob, m)(states))(mus)
+    v_mix = lq.mixture_value(prob, mus, version_weights)(states)
+    out = _error_metrics(critic_apply(critic_params, states), v_pi, v_mix, v_mus, w)
+    out.update(_nan_grad_metrics())
     return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}

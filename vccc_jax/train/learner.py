@@ -95,7 +95,7 @@ def prepare(setup: Setup, values: GridValues, traj: rollout_lib.Trajectory, vbar
     T = traj.reward.shape[0]
     both = setup.critic_values(vbar_params, jnp.concatenate([traj.obs, traj.final_obs], 0))
     values_, next_values = both[:T], both[T:]
-    log_pi_old = jnp.take_along_axis(traj.log_pi_all, traj.action[..., None], -1)[..., 0]
+    log_pi_old = setup.head.log_prob_as(traj.log_pi_all, traj.action, traj.log_mu_all, traj.log_mu)
     if cfg.correct:
         log_mu, log_mu_all = traj.log_mu, traj.log_mu_all
     else:  # pretend on-policy: the uncorrected learner
@@ -113,6 +113,7 @@ def prepare(setup: Setup, values: GridValues, traj: rollout_lib.Trajectory, vbar
         log_pi_all=traj.log_pi_all,
         baseline=_baseline(setup, values_, traj.obs, baseline_params),
         is_action=traj.is_action,
+        head=setup.head,
     )
     out = setup.target_fn(inputs, cfg, setup_lib.weight_clip(setup, values))
     if cfg.advantage == "target":
@@ -158,7 +159,8 @@ def pi_old(setup: Setup, values: GridValues, ewma, ltraj, prep: Prepared) -> tup
                    if route == "ewma" else None)
     return dec.route_log_pi_old(
         route, ltraj.action, log_pi_all=ltraj.log_pi_all, log_mu_all=prep.inputs.log_mu_all,
-        behaviour_log_pi_all=ltraj.log_b_all, ewma_logits=ewma_logits, lags=ltraj.lag)
+        behaviour_log_pi_all=ltraj.log_b_all, ewma_logits=ewma_logits, lags=ltraj.lag,
+        head=setup.head)
 
 
 def learner_batch(setup: Setup, values: GridValues, ltraj, prep: Prepared, valid,
@@ -167,7 +169,7 @@ def learner_batch(setup: Setup, values: GridValues, ltraj, prep: Prepared, valid
     tool steps), pi_old (:func:`pi_old`) and a per-update actor row's weights."""
     actor_w = critic_w = None
     if setup.masked:
-        critic_w = jnp.ones(ltraj.action.shape, jnp.float32) if valid is None else valid
+        critic_w = jnp.ones(ltraj.reward.shape, jnp.float32) if valid is None else valid
         actor_w = critic_w
         if ltraj.is_action is not None:
             actor_w = critic_w * ltraj.is_action.astype(jnp.float32)

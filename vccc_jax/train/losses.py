@@ -196,9 +196,9 @@ def actor_loss(setup: Setup, values: GridValues, actor_params, mb_: Batch):
     current parameters (the error of the centring this very step used)."""
     cfg, kind_ = setup.cfg, setup.actor_kind
     w = mb_.actor_w
-    logits = setup.actor_logits(actor_params, mb_.obs)
-    log_pi_all = jax.nn.log_softmax(logits, axis=-1)
-    log_pi = jnp.take_along_axis(log_pi_all, mb_.action[:, None], -1)[:, 0]
+    head = setup.head
+    log_pi_all = head.normalize(setup.actor_logits(actor_params, mb_.obs))
+    log_pi = head.log_prob(log_pi_all, mb_.action)
     adv = mb_.advantages  # normalised and weighted already (effective_advantages)
     centering, topk_sums = None, {}
     c_clip = None if kind_ == "ratio" else values.actor_clip
@@ -234,10 +234,7 @@ def actor_loss(setup: Setup, values: GridValues, actor_params, mb_: Batch):
         log_pi, mb_.log_mu, adv, kind=kind,
         clip=None if kind == "ratio" else values.actor_clip,
         ppo_epsilon=eps, log_pi_old=ref, centering=centering, weights=weights)
-    if w is None:
-        entropy = -jnp.mean(jnp.sum(jnp.exp(log_pi_all) * log_pi_all, axis=-1))
-    else:
-        entropy = wmean(-jnp.sum(jnp.exp(log_pi_all) * log_pi_all, axis=-1), w)
+    entropy = wmean(head.entropy(log_pi_all), w)
     log_r = log_pi - mb_.log_pi_old
     approx_kl = wmean(jnp.exp(log_r) - 1.0 - log_r, w)
     ppo_clip = (wmean((jnp.abs(jnp.exp(log_r) - 1.0) > cfg.ppo_epsilon)

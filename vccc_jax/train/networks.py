@@ -1,4 +1,5 @@
-"""Separate actor and critic MLPs (flax linen) for discrete-action gymnax tasks.
+"""Separate actor and critic MLPs (flax linen): a categorical actor (logits), a Gaussian actor
+([mean, log_std]) and a critic.
 
 PureJaxRL-style initialisation: orthogonal(sqrt 2) hidden layers, orthogonal(0.01) policy
 head, orthogonal(1) value head, zero biases; tanh activations, 64 units by default.
@@ -59,7 +60,8 @@ class Critic(nn.Module):
 
 
 class GaussianActor(nn.Module):
-    """Continuous policy network: obs [..., *obs_shape] -> (mean [..., m], log_std [..., m]).
+    """Continuous policy network: obs [..., *obs_shape] -> [mean, log_std] [..., 2m] (the rows
+    of ``envs.policy_heads.GaussianHead``).
 
     State-dependent mean (orthogonal(0.01) head, as the categorical actor's), state-independent
     learned log-std initialised at ``log_std_init`` (PureJaxRL's continuous PPO shape). With
@@ -78,5 +80,4 @@ class GaussianActor(nn.Module):
         x = _torso(obs, self.obs_ndim, self.hidden, self.activation)
         mean = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01), bias_init=constant(0.0))(x)
         log_std = self.param("log_std", constant(self.log_std_init), (self.action_dim,))
-        return mean, jnp.broadcast_to(log_std.reshape((1,) * (mean.ndim - 1) + log_std.shape),
-                                      mean.shape)
+        return jnp.concatenate([mean, jnp.broadcast_to(log_std, mean.shape)], axis=-1)

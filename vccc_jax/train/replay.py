@@ -64,7 +64,7 @@ def init_replay(traj_like: Trajectory, size: int) -> ReplayBuffer:
 def push(buffer: ReplayBuffer, traj: Trajectory, version: Array) -> ReplayBuffer:
     """Store ``traj`` (overwriting the oldest slot) with absolute behaviour version ids
     ``version`` [T, B] (the trainer passes update - lag)."""
-    chex.assert_equal_shape([traj.action, version])
+    chex.assert_equal_shape([traj.reward, version])
     head = (buffer.head + 1) % buffer.size
     new = dict(_stored(traj), version=jnp.asarray(version, jnp.int32))
     data = jax.tree_util.tree_map(
@@ -95,7 +95,7 @@ def combine(
     Returns (trajectory, valid [T, B (1 + R)] float32 sample weights).
     """
     d = buffer.data
-    t, b = traj.action.shape
+    t, b = traj.reward.shape
     stored_log_pi = log_pi_fn(jnp.moveaxis(d["obs"], 0, 1).reshape((t, -1) + d["obs"].shape[3:]))
     stored_log_pi = jnp.moveaxis(stored_log_pi.reshape((t, buffer.size, b) + stored_log_pi.shape[2:]), 1, 0)
     stored_lag = current_version - d["version"]

@@ -162,7 +162,8 @@ def route_diagnostics(setup: Setup, values: GridValues, actor_params, ltraj, pre
     n = batch.obs.shape[0]
     exact, exact_all = dec.route_log_pi_old(
         "exact", ltraj.action, log_pi_all=ltraj.log_pi_all,
-        log_mu_all=prep.inputs.log_mu_all, behaviour_log_pi_all=ltraj.log_b_all)
+        log_mu_all=prep.inputs.log_mu_all, behaviour_log_pi_all=ltraj.log_b_all,
+        head=setup.head)
     exact_batch = batch._replace(log_pi_old=exact.reshape(n),
                                  log_pi_old_all=exact_all.reshape((n, -1)))
 

@@ -15,18 +15,19 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 import chex
-import jax
+import numpy as np
 import optax
 
 from vccc_jax.envs import ground_truth as gt_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.envs import samplers
 from vccc_jax.envs.make import env_kind, make_env
+from vccc_jax.envs.policy_heads import CategoricalHead, GaussianHead
 from vccc_jax.estimators import importance
 from vccc_jax.estimators.actor_registry import ActorCorrection
 from vccc_jax.train import actor_weights
 from vccc_jax.train.config import TrainConfig, parse_actor
-from vccc_jax.train.networks import Actor, Critic
+from vccc_jax.train.networks import Actor, Critic, GaussianActor
 from vccc_jax.train.programs import GridValues, program_key
 from vccc_jax.train.targets import TargetFn, get_critic_target
 
@@ -50,8 +51,9 @@ class Setup:
     obs_shape: tuple
     actor_obs_shape: tuple
     actor_features: Optional[int]  # token env: the actor reads the first n features only
-    num_actions: int
-    actor_net: Actor
+    num_actions: int  # the head's row width P (A logits, or 2m: a Gaussian's mean, log_std)
+    head: Any  # envs.policy_heads: CategoricalHead | GaussianHead (from the action space)
+    actor_net: Any  # networks.Actor | networks.GaussianActor
     critic_net: Critic
     baseline_net: Optional[Critic]  # the learned b_psi head (baseline="learned")
     sampler: Any  # envs.samplers.SamplerSpec or None
@@ -85,6 +87,10 @@ class Setup:
     def critic_values(self, params, obs):
         return self.critic_net.apply(params, obs)
 
+    def act(self, params, obs, key):
+        """An action of the policy at ``params`` (the env's form: clipped / squashed)."""
+        return self.head.env_action(self.head.sample_out(key, self.actor_logits(params, obs)))
+
     def log_mu_fn(self, logits):
         """Deterministic behaviour log-probs of logits (exact truth)."""
         if self.sampler is not None:
@@ -104,13 +110,13 @@ def make_setup(config: TrainConfig) -> Setup:
     # state), so its V^pi is exact; the critic also sees the last-token distractors
     actor_features = env.num_exact_features if kind == "token" else None
     actor_shape = obs_shape if actor_features is None else (actor_features,)
-    num_actions = int(env.action_space(env_params).n)
     hidden = (cfg.hidden,) * cfg.num_layers
+    head, actor_net = policy(cfg, env.action_space(env_params), kind, hidden, len(actor_shape))
     sampler = cfg.sampler_spec
     gt_exact = cfg.gt_every > 0 and (
-        cfg.gt_kind == "exact" or (cfg.gt_kind == "auto" and kind != "gymnax"))
-    if gt_exact and kind == "gymnax":
-        raise ValueError(f"gt_kind='exact' needs a tabular: or token: env, got {cfg.env!r}")
+        cfg.gt_kind == "exact" or (cfg.gt_kind == "auto" and kind in ("tabular", "token", "lqr")))
+    if gt_exact and kind not in ("tabular", "token", "lqr"):
+        raise ValueError(f"gt_kind='exact' needs a tabular:, token: or lqr: env, got {cfg.env!r}")
     if gt_exact and sampler is not None and sampler.needs_key:
         raise ValueError("exact ground truth needs a deterministic sampler (no mismatch=noise)")
     num_versions = cfg.resolved_num_versions
@@ -123,8 +129,8 @@ def make_setup(config: TrainConfig) -> Setup:
     return Setup(
         cfg=key, env=env, env_params=env_params, env_kind=kind,
         obs_shape=obs_shape, actor_obs_shape=actor_shape, actor_features=actor_features,
-        num_actions=num_actions,
-        actor_net=Actor(num_actions, hidden, cfg.activation, len(actor_shape)),
+        num_actions=2 * head.action_dim if head.continuous else actor_net.num_actions,
+        head=head, actor_net=actor_net,
         critic_net=Critic(hidden, cfg.activation, len(obs_shape)),
         baseline_net=(Critic(hidden, cfg.activation, len(obs_shape))
                       if cfg.baseline == "learned" else None),
@@ -144,10 +150,35 @@ def make_setup(config: TrainConfig) -> Setup:
     )
 
 
+#: the Gaussian actor's initial log-std (PureJaxRL's continuous PPO uses 0; -0.5 learns
+#: Pendulum faster at this size, issue 31)
+LOG_STD_INIT = -0.5
+
+
+def policy(cfg: TrainConfig, space, kind: str, hidden: tuple, obs_ndim: int):
+    """(head, actor network) from the env's action space: ``Discrete`` -> categorical head and
+    logits actor; ``Box`` -> Gaussian head over the box (tanh-squashed with ``cfg.squash``,
+    behaviour noise ``cfg.noise_scale``) and a Gaussian actor, linear in the observation on
+    ``lqr:`` envs (the linear-Gaussian family whose V^pi is exact there)."""
+    if hasattr(space, "n"):
+        return (CategoricalHead(cfg.temperature, cfg.top_k),
+                Actor(int(space.n), hidden, cfg.activation, obs_ndim))
+    m = int(np.prod(space.shape))
+    box = lambda b: tuple(float(x) for x in np.broadcast_to(np.asarray(b, np.float64), (m,)))  # noqa: E731
+    head = GaussianHead(box(space.low), box(space.high), cfg.squash, cfg.noise_scale)
+    return head, GaussianActor(m, () if kind == "lqr" else hidden, cfg.activation, obs_ndim,
+                               log_std_init=LOG_STD_INIT)
+
+
 def _check_env_gamma(cfg: TrainConfig, env, env_params, kind: str) -> None:
-    if kind == "gymnax":
+    if kind in ("gymnax", "brax"):
         return
-    env_gamma = float(env_params.gamma if kind == "tabular" else env.task.gamma)
+    if kind == "lqr":
+        from vccc_jax.envs.spec import env_gamma as spec_gamma
+
+        env_gamma = float(spec_gamma(cfg.env))
+    else:
+        env_gamma = float(env_params.gamma if kind == "tabular" else env.task.gamma)
     if abs(env_gamma - cfg.gamma) > 1e-6:
         raise ValueError(f"gamma={cfg.gamma} differs from the env's gamma={env_gamma:g} "
                          f"({cfg.env!r}): set gamma={env_gamma:g} in the config")
@@ -198,5 +229,5 @@ def baseline_tx(setup: Setup, values: GridValues):
 
 
 def log_softmax_actor(setup: Setup, params) -> Callable[[Array], Array]:
-    """obs -> log pi(.|obs) of the actor at ``params``."""
-    return lambda obs: jax.nn.log_softmax(setup.actor_logits(params, obs), axis=-1)
+    """obs -> the head's rows of pi(.|obs) at ``params`` (log-probs of a categorical actor)."""
+    return lambda obs: setup.head.normalize(setup.actor_logits(params, obs))

@@ -23,7 +23,8 @@ from typing import Any, Callable, NamedTuple, Optional
 import chex
 import jax.numpy as jnp
 
-from vccc_jax.estimators import importance, registry
+from vccc_jax.envs.policy_heads import CategoricalHead
+from vccc_jax.estimators import registry
 from vccc_jax.estimators.registry import CriticTarget, TargetExtras
 from vccc_jax.estimators.types import Transitions
 from vccc_jax.estimators.vtrace import vtrace
@@ -38,9 +39,12 @@ class TargetInputs(NamedTuple):
     transitions: rewards, discounts (gamma (1 - terminated)), values / next_values
     (Vbar(s_t) / Vbar(s_{t+1}), the final observation's value at a time-limit cut) and
     log_rhos (log pi_k(a_t|s_t) - log mu(a_t|s_t); 0 when ``config.correct`` is False).
-    truncated: time-limit cut after t. log_mu_all / log_pi_all: [T, B, A] full behaviour /
-    target log-probs. baseline: b(s_t) (Vbar or 0, ``config.baseline``). is_action: [T, B]
-    bool policy steps (token env tool steps are False) or None (every step).
+    truncated: time-limit cut after t. log_mu_all / log_pi_all: [T, B, P] the behaviour /
+    target distributions as the policy head's rows (full log-probs of a categorical actor, a
+    Gaussian's [mean, log_std]). baseline: b(s_t) (Vbar or 0, ``config.baseline``).
+    is_action: [T, B] bool policy steps (token env tool steps are False) or None (every
+    step). head: the policy head (``envs.policy_heads``; None: categorical rows), whose
+    ``expected_weight`` gives Z(s).
     """
 
     transitions: Transitions
@@ -49,6 +53,7 @@ class TargetInputs(NamedTuple):
     log_pi_all: Array
     baseline: Array
     is_action: Optional[Array] = None
+    head: Any = None
 
 
 class TargetOutput(NamedTuple):
@@ -129,9 +134,9 @@ def one_step_adapter(target: CriticTarget) -> TargetFn:
         else:
             baseline = None
         z = None
-        if target.uses_z:
-            z = importance.expected_weight(x.log_pi_all, x.log_mu_all,
-                                           kind=target.weight_kind, clip=clip)
+        if target.uses_z:  # the head's Z: exact sum over actions, or normal CDFs (1-d Gaussian)
+            head = CategoricalHead() if x.head is None else x.head
+            z = head.expected_weight(x.log_pi_all, x.log_mu_all, target.weight_kind, clip)
         y = target.one_step(t, TargetExtras(baseline=baseline, z=z), clip)
         return TargetOutput(y, y - t.values)
 

@@ -147,6 +147,7 @@ def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_c
         record_states=cfg.gt_every > 0, sampler=setup.sampler,
         env_discounts=setup.env_kind == "token",
         record_behaviour_log_probs=cfg.pi_old_route == "exact" or setup.route_diag,
+        head=setup.head,
     )
 
 
@@ -241,7 +242,7 @@ def update_metrics(setup: Setup, values: GridValues, state: TrainState, new_stat
     if setup.cfg.pi_old_route:
         metrics.update(rm.route_diagnostics(setup, values, state.actor_params, ltraj, prep,
                                             batch, idx))
-        metrics["pi_old_kl"] = pi_old_kl(ltraj, valid, log_pi_old_all)
+        metrics["pi_old_kl"] = pi_old_kl(setup, ltraj, valid, log_pi_old_all)
     return metrics
 
 

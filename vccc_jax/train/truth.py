@@ -5,7 +5,8 @@ arrays, evaluated every ``gt_every`` updates and at the last (:func:`due`) insid
 ``lax.cond`` (the update index is not batched over seeds):
 
 * :func:`exact_truth` wires ``train.exact_metrics`` (closed-form V^{pi_k}, V^{mu_l},
-  the replay mixture, the exact actor-update bias on both exact envs, with the config's
+  the replay mixture (also on ``lqr:`` envs, Lyapunov), the exact actor-update bias on the
+  tabular and token envs, with the config's
   actor weight kind / clip / Eq 13 centring; see that module for the metric names)
   and, with the learned baseline on a tabular env, ``bstar_err`` (b_psi vs the sample b* of
   Eq 9);
@@ -18,10 +19,12 @@ from __future__ import annotations
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vccc_jax.envs import ground_truth as gt_lib
 from vccc_jax.envs import rollout as rollout_lib
 from vccc_jax.estimators import critic_targets as ct_lib
+from vccc_jax.tabular import lqr as lq
 from vccc_jax.train import exact_metrics
 from vccc_jax.train import setup as setup_lib
 from vccc_jax.train.programs import GridValues
@@ -70,6 +73,14 @@ def exact_truth(setup: Setup, values: GridValues, state, traj, ltraj, valid, pre
         actor = dict(kind=setup.actor_kind, centred=setup.centered,
                      clip=None if setup.actor_kind == "ratio" else values.actor_clip,
                      correction_params=setup_lib.actor_row_params(setup, values))
+        if setup.env_kind == "lqr":
+            e = setup.env_params  # the problem the env simulates (lqr_env.EnvParams)
+            prob = lq.LQR(a=e.a, b=e.b, w=e.w_chol @ e.w_chol.T, q=e.q, r=e.r,
+                          gamma=jnp.asarray(cfg.gamma, jnp.float32), s0_mean=e.s0_mean,
+                          s0_cov=e.s0_chol @ e.s0_chol.T)
+            return exact_metrics.lqr_metrics(
+                prob, setup.critic_values, state.actor_params, state.critic_params, stacked,
+                float(np.log(cfg.noise_scale)), weights, traj.obs, fresh_w)
         if setup.env_kind == "tabular":
             out = exact_metrics.tabular_metrics(
                 setup.env_params, setup.actor_logits, setup.critic_values, state.actor_params,
@@ -113,8 +124,8 @@ def monte_carlo_truth(setup: Setup, state, traj, key, idx) -> dict:
 
     def compute(_):
         k_mc, k_reset, k_eval = jax.random.split(key, 3)
-        mc = gt_lib.mc_values(
-            setup.env, setup.env_params, setup.actor_logits, state.actor_params, states, obs,
+        mc = gt_lib.mc_values_policy(
+            setup.env, setup.env_params, setup.act, state.actor_params, states, obs,
             k_mc, num_rollouts=cfg.gt_rollouts, horizon=setup.gt_horizon, gamma=cfg.gamma)
         v = setup.critic_values(state.critic_params, obs)
         err = v - mc.value
@@ -129,8 +140,8 @@ def monte_carlo_truth(setup: Setup, state, traj, key, idx) -> dict:
         }
         if cfg.eval_envs > 0:
             carry = rollout_lib.reset(setup.env, setup.env_params, k_reset, cfg.eval_envs)
-            ev = gt_lib.mc_values(
-                setup.env, setup.env_params, setup.actor_logits, state.actor_params,
+            ev = gt_lib.mc_values_policy(
+                setup.env, setup.env_params, setup.act, state.actor_params,
                 carry.env_state, carry.obs, k_eval, num_rollouts=2,
                 horizon=setup.eval_horizon, gamma=1.0, ignore_time_limit=False)
             out["eval_return"] = jnp.mean(ev.value)

@@ -85,13 +85,15 @@ def interpolation_alpha(lags: Array) -> Array:
     return jnp.where(lags > 0, jnp.maximum(l - 1.0, 0.0) / jnp.maximum(l, 1.0), 0.0)
 
 
-def interpolated_log_prox(log_mu: Array, log_pi: Array, lags: Array) -> Array:
+def interpolated_log_prox(log_mu: Array, log_pi: Array, lags: Array, mix_fn=None) -> Array:
     """A-3PO's log pi_prox = log mu + alpha (log pi - log mu) (:func:`interpolation_alpha`;
     ``lags`` broadcast against the log-probs), written (1 - alpha) log mu + alpha log pi so a
     -inf log mu (off a top-k sampler's support) stays -inf instead of -inf + inf; alpha = 0
-    returns log mu exactly. A constant (stop_gradient)."""
+    returns log mu exactly. ``mix_fn(log_mu, log_pi, alpha)``: another head's interpolation
+    of its rows (a Gaussian's geometric mixture, ``envs.policy_heads``). A constant
+    (stop_gradient)."""
     alpha = interpolation_alpha(lags).astype(log_mu.dtype)
-    mix = (1.0 - alpha) * log_mu + alpha * log_pi
+    mix = (1.0 - alpha) * log_mu + alpha * log_pi if mix_fn is None else mix_fn(log_mu, log_pi, alpha)
     return jax.lax.stop_gradient(jnp.where(alpha > 0, mix, log_mu))
 
 
@@ -184,7 +186,7 @@ def decoupled_policy_loss(log_pi: Array, log_mu: Array, advantages: Array, *, ro
 def route_log_pi_old(route: str, action: Array, *, log_pi_all: Array, log_mu_all: Array,
                      behaviour_log_pi_all: Optional[Array] = None,
                      ewma_logits: Optional[Array] = None,
-                     lags: Optional[Array] = None) -> tuple[Array, Array]:
+                     lags: Optional[Array] = None, head=None) -> tuple[Array, Array]:
     """The trainer's pi_old for ``TrainConfig.pi_old_route`` -> (log pi_old(a_t|s_t) [T, B],
     log pi_old(.|s_t) [T, B, A]), constants.
 
@@ -197,9 +199,13 @@ def route_log_pi_old(route: str, action: Array, *, log_pi_all: Array, log_mu_all
     ``log_mu_all``. ``"interpolated"``: A-3PO's (1 - alpha) log mu + alpha log pi_k per action
     (:func:`interpolated_log_prox`, ``lags`` [T, B] the tokens' version lags). The actor then uses ``actor.policy_loss(log_pi, log_mu, A,
     log_pi_old=...)``: w(pi_old / mu) x PPO-clip(pi_theta / pi_old) (module docstring).
+
+    ``head``: the policy head whose rows the ``*_all`` arrays are (``envs.policy_heads``:
+    ``normalize``, ``log_prob``, ``interpolate``), or None: categorical log-prob rows.
     """
     chex.assert_equal_shape([log_pi_all, log_mu_all])
-    chex.assert_shape(action, log_pi_all.shape[:-1])
+    if head is None:
+        chex.assert_shape(action, log_pi_all.shape[:-1])
     if route == "":
         full = log_pi_all
     else:
@@ -211,17 +217,21 @@ def route_log_pi_old(route: str, action: Array, *, log_pi_all: Array, log_mu_all
         elif route == "ewma":
             if ewma_logits is None:
                 raise ValueError("pi_old_route 'ewma' needs ewma_logits")
-            full = jax.nn.log_softmax(ewma_logits, axis=-1)
+            full = (jax.nn.log_softmax(ewma_logits, axis=-1) if head is None
+                    else head.normalize(ewma_logits))
         elif route == "interpolated":
             if lags is None:
                 raise ValueError("pi_old_route 'interpolated' needs the per-token lags")
             chex.assert_shape(lags, log_pi_all.shape[:-1])
-            full = interpolated_log_prox(log_mu_all, log_pi_all, lags[..., None])
+            full = interpolated_log_prox(log_mu_all, log_pi_all, lags[..., None],
+                                         None if head is None else head.interpolate)
         else:
             full = log_mu_all
     chex.assert_equal_shape([full, log_pi_all])
     full = jax.lax.stop_gradient(full)
-    return jnp.take_along_axis(full, action[..., None], -1)[..., 0], full
+    if head is None:
+        return jnp.take_along_axis(full, action[..., None], -1)[..., 0], full
+    return head.log_prob(full, action), full
 
 
 def trainer_ewma_decay(ewma_decay: Optional[float], mean_lag: float) -> float:

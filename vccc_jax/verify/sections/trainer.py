@@ -122,9 +122,15 @@ def _library_targets(cfg, x: dict, z, baseline):
         return ct.clipped_target(*args, clip=CLIP, kind="truncate")
     if cfg.critic == "centered_baseline":
         return ct.centered_clipped_target(*args, baseline=baseline, z=z, clip=CLIP, kind="truncate")
+    return _library_vtrace(cfg, x).vs
+
+
+def _library_vtrace(cfg, x: dict):
+    """``estimators.vtrace`` on the table-built inputs (rhobar = RHO_BAR != cbar = C_BAR, so
+    a policy-gradient clip at cbar shows)."""
     return vtrace(x["log_rhos"], x["discounts"], x["rewards"], x["values"], x["next_values"][-1],
                   lambda_=cfg.target_lambda, clip_rho_threshold=RHO_BAR, clip_c_threshold=C_BAR,
-                  clip_pg_rho_threshold=RHO_BAR).vs
+                  clip_pg_rho_threshold=RHO_BAR)
 
 
 def _numbers(key, trainers: dict, actors: dict) -> dict:
@@ -180,6 +186,9 @@ def _numbers(key, trainers: dict, actors: dict) -> dict:
         y_lib = _library_targets(t.config, x, z_tab[i, s], jnp.zeros_like(x["values"]))
         out[f"target {name}"] = (mean0(prep.targets), exact_means[name])
         out[f"library target {name}"] = (prep.targets, y_lib)
+        if name == ("vtrace", "value"):  # its actor advantages: V-trace's pg ones (rhobar)
+            out["library vtrace advantages"] = (prep.advantages,
+                                                _library_vtrace(t.config, x).pg_advantages)
         if name == CRITICS[0]:
             out["log_rhos"] = (tx.log_rhos, x["log_rhos"])
             out["vbar"] = (jnp.stack([tx.values, tx.next_values]),
@@ -258,6 +267,8 @@ ROWS = (  # (key, row name, equation, detail)
     ("library target ('centered_baseline', 'zero')", "trainer targets = library: Z-centred",
      "Sec 4.2", "Z(s) from tabular.exact"),
     ("library target ('vtrace', 'value')", "trainer targets = library: vtrace", "Eq 11", ""),
+    ("library vtrace advantages", "trainer vtrace advantages = library pg (rhobar)", "Eq 11",
+     "rhobar != cbar"),
     ("actor weights topr", "trainer actor weights = library: topr", "A5", "per update"),
     ("actor loss icepop", "trainer actor loss = library: icepop x PPO", "A2", "theta != pi_k"),
     ("actor gradient icepop", "trainer actor grad = library: icepop x PPO", "A2", "theta != pi_k"),
@@ -271,8 +282,9 @@ ROWS = (  # (key, row name, equation, detail)
 def trainer_numbers(key) -> dict:
     """{key: (trainer value, reference)} as NumPy, from fresh Trainers (a patched trainer
     module is what gets checked)."""
-    trainers = {(c, b): Trainer(BASE.replace(critic=c, baseline=b, advantage="target" if c == "vccc"
-                                        else "gae")) for c, b in CRITICS}
+    trainers = {(c, b): Trainer(BASE.replace(critic=c, baseline=b, advantage="target"
+                                             if c in ("vccc", "vtrace") else "gae"))
+                for c, b in CRITICS}
     actors = {(a, r): Trainer(BASE.replace(actor=a, pi_old_route=r, advantage="target",
                                            normalize_advantages=a == "topr"))
               for a, r in ACTORS}
@@ -289,5 +301,8 @@ def rows_from_numbers(numbers: dict) -> list[Row]:
 
 
 def trainer_rows(ctx) -> list[Row]:
-    """Rows of the trainer section (keys: ``fold_in(ctx.key, 22)``)."""
-    return rows_from_numbers(trainer_numbers(jax.random.fold_in(ctx.key, 22)))
+    """Rows of the trainer section (keys: ``fold_in(ctx.key, 22)``), then its Gaussian-head
+    rows on the LQR testbed (``sections.trainer_gaussian``)."""
+    from vccc_jax.verify.sections.trainer_gaussian import gaussian_rows
+
+    return rows_from_numbers(trainer_numbers(jax.random.fold_in(ctx.key, 22))) + gaussian_rows(ctx)
