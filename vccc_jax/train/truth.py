@@ -61,6 +61,7 @@ def exact_truth(setup: Setup, values: GridValues, state, traj, ltraj, valid, pre
     """Exact metrics (``train.exact_metrics``) of pi_k, the ring's versions, the replay
     mixture and the critic at the start of the update, every ``gt_every`` updates; with the
     learned baseline on a tabular env also ``bstar_err`` (:func:`bstar_err`)."""
+    cfg = setup.cfg
     nv = setup.ring_size
 
     def compute(_):
