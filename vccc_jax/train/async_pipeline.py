@@ -299,15 +299,15 @@ class Pipeline:
             raise ActorFailed(name, err) from err
 
     def _get(self, i: int):
+        """Actor i's next rollout; what it queued before failing is taken first."""
         deadline = time.monotonic() + self.spec.timeout
         while True:
-            self._raise_failure()
             try:
                 return self.queues[i].get(timeout=POLL_S)
             except queue.Empty:
-                if not self.threads[i].is_alive() and self.queues[i].empty():
-                    self._raise_failure()
-                    raise RuntimeError(f"actor-{i} stopped without an error")
+                self._raise_failure()
+                if not self.threads[i].is_alive():
+                    raise RuntimeError(f"actor-{i} stopped without an error") from None
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"learner waited {self.spec.timeout:g}s for a rollout "
                                        f"of actor-{i}") from None
