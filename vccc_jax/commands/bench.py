@@ -24,6 +24,7 @@ import argparse
 import sys
 from typing import Callable, Optional
 
+from vccc_jax.commands.bench_async import bench_async
 from vccc_jax.commands.bench_train import train, train_parser  # noqa: F401
 from vccc_jax.commands.common import Parser, UsageError, fail, guarded
 
@@ -37,6 +38,7 @@ SUMMARY = {
     "device": "everything a GPU/TPU host should measure, in one run: JSON + table in --out",
     "commands": "wall and CPU time of the documented vccc commands, with the load",
     "mutants": "which checks (verify, module tests) catch realistic one-line bugs",
+    "async": "env steps/s of vccc train --async against the synchronous trainer",
 }
 
 
@@ -438,6 +440,7 @@ def mutants(argv: list[str]) -> Callable[[], int]:
 
 BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale,
               "routes": routes, "device": device, "commands": commands, "mutants": mutants}
+BENCHMARKS["async"] = bench_async  # issue 48: vccc train --async vs the synchronous trainer
 
 
 @guarded("bench")
