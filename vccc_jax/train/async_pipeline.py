@@ -228,9 +228,12 @@ class Pipeline:
     """The actor threads and queues of one run from update ``start``: ``state`` the learner's
     (unbatched) TrainState (its ``env`` the carries the actors start from, split by env),
     ``actor_keys`` [N, 2] the actors' key chains. :meth:`next_batch`, :meth:`learn`,
-    :meth:`publish` are called by the learner thread; :meth:`close` stops and joins."""
+    :meth:`publish` are called by the learner thread; :meth:`close` stops and joins.
+    ``programs``: the jitted (rollout, learn) of another Pipeline of the same trainer (seeds
+    of a study share their compiles)."""
 
-    def __init__(self, trainer, spec: AsyncSpec, state, actor_keys, start: int):
+    def __init__(self, trainer, spec: AsyncSpec, state, actor_keys, start: int,
+                 programs: Optional[tuple] = None):
         cfg = trainer.setup.cfg
         if cfg.num_envs % spec.actors:
             raise ValueError(f"num_envs {cfg.num_envs} must be a multiple of --actor-threads "
@@ -247,8 +250,11 @@ class Pipeline:
                              for i in range(spec.actors)]
         self.values = jax.device_put(program_values(trainer.values), self.learner_device)
         self._values_on = {d: jax.device_put(self.values, d) for d in set(self.actor_device)}
-        self._rollout = jax.jit(functools.partial(actor_rollout, trainer.setup))
-        self._learn = jax.jit(functools.partial(learn_on, trainer.setup))
+        if programs is None:  # (rollout, learn) jitted; pass ``pipe.programs`` to share them
+            programs = (jax.jit(functools.partial(actor_rollout, trainer.setup)),
+                        jax.jit(functools.partial(learn_on, trainer.setup)))
+        self.programs = programs
+        self._rollout, self._learn = programs
         self.channel = ParamChannel(keep=spec.queue + 3)
         self.queues = [queue.Queue(maxsize=spec.queue) for _ in range(spec.actors)]
         self.stop_event = threading.Event()
