@@ -38,7 +38,7 @@ from vccc_jax.train.config import TrainConfig  # noqa: E402
 from vccc_jax.train.trainer import Trainer  # noqa: E402
 
 MARGIN = 25.0  # final-return equivalence margin, fixed before running
-UPDATES = int(sys.argv[3]) if len(sys.argv) > 3 else 100
+UPDATES = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[1] != "--figure" else 100
 BASE = dict(env="CartPole-v1", num_envs=8, num_steps=32, total_timesteps=8 * 32 * UPDATES,
             update_epochs=2, num_minibatches=2, gt_every=10, eval_envs=0, critic="gae")
 MODES = (("latest", 2, 2), ("bounded:4", 2, 5))
@@ -135,6 +135,39 @@ def main(out: Path, seeds: int) -> None:
     (out / "study.json").write_text(json.dumps(record, indent=1))
 
 
+
+def figure(study: Path, png: Path) -> None:
+    """Per mode and metric: real, trace replay and parametric law, mean and 95% t-interval
+    over seeds.  ``python experiments/async_sim_study.py --figure STUDY.json OUT.png``"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    record = json.loads(Path(study).read_text())
+    names = ("final_return", "gt_mse", "ess")
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for j, (ax, name) in enumerate(zip(axes, names)):
+        for i, (mode, res) in enumerate(record["modes"].items()):
+            for c, (label, key) in enumerate((("real", "real"), ("trace replay", "replay"),
+                                              (res["law"], "parametric"))):
+                x = np.asarray(res[key])[:, j]
+                half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+                ax.errorbar(i + 0.25 * (c - 1), x.mean(), yerr=half, fmt="o", capsize=3,
+                            color=f"C{c}", label=("parametric (same mean)" if c == 2 else label)
+                            if i == 0 else None)
+        ax.set_xticks(range(len(record["modes"])), list(record["modes"]))
+        ax.set_title(name)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"CartPole-v1, {record['seeds']} seeds per cell; mean and 95% t-interval",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/async_sim_study"),
-         int(sys.argv[2]) if len(sys.argv) > 2 else 8)
+    if sys.argv[1:2] == ["--figure"]:
+        figure(Path(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/async_sim_study"),
+             int(sys.argv[2]) if len(sys.argv) > 2 else 8)
