@@ -11,7 +11,7 @@ equivalence verdict for final return at the margin fixed BEFORE running: |differ
 MARGIN (CartPole-v1 return units) — equivalent when the whole 90% interval (TOST at 5%) lies
 inside +-MARGIN, different when the 95% interval excludes 0, else inconclusive.
 
-    PYTHONPATH=$PWD python experiments/async_sim_study.py OUT [SEEDS] [UPDATES]
+    PYTHONPATH=$PWD python experiments/async_sim_study.py OUT [SEEDS] [UPDATES] [ENV] [MARGIN]
 
 Sets two forced host devices and XLA:CPU intra-op threads off before JAX starts. CPU-heavy
 (about 1-2 min per real run on a loaded 2-core machine).
@@ -37,9 +37,12 @@ from vccc_jax.train import async_pipeline as ap  # noqa: E402
 from vccc_jax.train.config import TrainConfig  # noqa: E402
 from vccc_jax.train.trainer import Trainer  # noqa: E402
 
-MARGIN = 25.0  # final-return equivalence margin, fixed before running
-UPDATES = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[1] != "--figure" else 100
-BASE = dict(env="CartPole-v1", num_envs=8, num_steps=32, total_timesteps=8 * 32 * UPDATES,
+_ARGS = sys.argv[1:] if sys.argv[1:2] != ["--figure"] else []
+UPDATES = int(_ARGS[2]) if len(_ARGS) > 2 else 100
+ENV = _ARGS[3] if len(_ARGS) > 3 else "CartPole-v1"
+# final-return equivalence margin, fixed before running: 25 on CartPole-v1, 50 on Acrobot-v1
+MARGIN = float(_ARGS[4]) if len(_ARGS) > 4 else 25.0
+BASE = dict(env=ENV, num_envs=8, num_steps=32, total_timesteps=8 * 32 * UPDATES,
             update_epochs=2, num_minibatches=2, gt_every=10, eval_envs=0, critic="gae")
 MODES = (("latest", 2, 2), ("bounded:4", 2, 5))
 
@@ -159,7 +162,8 @@ def figure(study: Path, png: Path) -> None:
         ax.set_xticks(range(len(record["modes"])), list(record["modes"]))
         ax.set_title(name)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"CartPole-v1, {record['seeds']} seeds per cell; mean and 95% t-interval",
+    fig.suptitle(f"{record['base']['env']}, {record['seeds']} seeds per cell; mean and 95% "
+                 "t-interval",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
