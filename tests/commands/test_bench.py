@@ -8,7 +8,7 @@ from vccc_jax import cli
 from vccc_jax.commands import bench
 
 NAMES = ("estimators", "tabular", "train", "scale", "routes", "device", "commands", "mutants",
-         "counts")
+         "counts", "async")
 
 
 def _one_line_error(capsys, argv, match):
@@ -48,7 +48,7 @@ def test_unknown_flag_is_one_line(name, capsys):
 
 
 def test_unknown_or_missing_benchmark(capsys):
-    _one_line_error(capsys, ["nope"], "expected one of estimators, tabular, train, scale, routes, device, commands, mutants, counts, got 'nope'")
+    _one_line_error(capsys, ["nope"], "expected one of estimators, tabular, train, scale, routes, device, commands, mutants, counts, async, got 'nope'")
     _one_line_error(capsys, [], "got nothing")
 
 
@@ -88,3 +88,7 @@ def test_valid_flags_return_the_work_without_running_it():
                  ["scale", "--devices", "1"], ["routes", "--routes", "exact,off", "--updates", "2"],
                  ["device", "--out", "x", "--sections", "host,vtrace", "--budget", "60"]):
         assert callable(undecorated(argv)), argv
+
+
+def test_async_bench_refuses_a_zero_size(capsys):
+    _one_line_error(capsys, ["async", "--updates", "0"], "must be >= 1")

@@ -26,6 +26,7 @@ import os
 import sys
 from typing import Callable, Optional
 
+from vccc_jax.commands.bench_async import bench_async
 from vccc_jax.commands.bench_train import train, train_parser  # noqa: F401
 from vccc_jax.commands.common import Parser, UsageError, fail, guarded
 
@@ -40,6 +41,7 @@ SUMMARY = {
     "commands": "wall and CPU time of the documented vccc commands, with the load",
     "mutants": "which checks (verify, module tests) catch realistic one-line bugs",
     "counts": "the counts the docs state (tests, verify rows) into docs/counts.json and the docs",
+    "async": "env steps/s of vccc train --async against the synchronous trainer",
 }
 
 
@@ -489,6 +491,7 @@ def counts(argv: list[str]) -> Callable[[], int]:
 BENCHMARKS = {"estimators": estimators, "tabular": tabular, "train": train, "scale": scale,
               "routes": routes, "device": device, "commands": commands, "mutants": mutants,
               "counts": counts}
+BENCHMARKS["async"] = bench_async  # issue 48: vccc train --async vs the synchronous trainer
 
 
 @guarded("bench")

@@ -58,7 +58,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from vccc_jax.commands import train_grid
+from vccc_jax.commands import train_async, train_grid
 from vccc_jax.commands.common import Parser, dry_run, guarded
 from vccc_jax.commands.interrupt import EXIT_INTERRUPTED
 from vccc_jax.commands.interrupt import SigintStops as _SigintStops
@@ -251,6 +251,7 @@ def build_parser(names: bool = False) -> Parser:
                    "'vccc_jax[tracking]'")
     add_critic_free_flags(p)
     add_shard_flags(p)
+    train_async.add_async_flags(p)  # issue 48: --async and its flags
     for f in dataclasses.fields(TrainConfig):
         default = f.default
         flags = ["--" + f.name.replace("_", "-")] + ALIASES.get(f.name, [])
@@ -324,6 +325,8 @@ def _prepare(argv: list[str]):
 
     parse_spec(args.track)
     exp = schema.load(args.config, args.overrides) if args.config else None
+    train_async.check(args, exp)  # issue 48: --async (pure Python)
+    train_async.force_host_devices(args)  # before JAX starts
     given = {k: v for k, v in _given(parser, argv, args).items()
              if k not in ("config", "out", "quiet", "no_figure", "overrides", "track",
                           "dry_run")}
@@ -423,7 +426,8 @@ def _prepare(argv: list[str]):
 
     def run() -> int:
         try:
-            return _interruptible(_single, cfg, out, args, mode == run_dir.RESUME, command)
+            body = train_async.single if args.async_run else _single  # issue 48: --async
+            return _interruptible(body, cfg, out, args, mode == run_dir.RESUME, command)
         finally:
             if held is not None:
                 os.close(held)

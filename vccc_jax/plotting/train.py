@@ -45,6 +45,8 @@ CURVE_PANELS = (
     ("gt_mse", r"critic error to $V^{\pi_k}$ (Monte Carlo)", r"MSE vs MC $V^{\pi_k}$", True,
      (0.0, None)),
     ("ess", "effective sample size", "ESS fraction (0-1]", False, (0.0, 1.0)),
+    # vccc train --async only (the lag measured per update; absent from simulated runs)
+    ("version_diff_avg", "measured lag (version_diff_avg)", "mean lag", False, (0.0, None)),
 )
 FEW_SEEDS = 5  # below this many seeds curves.png also draws every seed as a thin line
 

@@ -34,7 +34,7 @@ from typing import Optional
 from vccc_jax.runs.store import cell_id, lock_exclusive
 
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "curves.png", "checkpoint", "tensorboard",
-             "wandb")
+             "wandb", "lags.trace")  # lags.trace: the measured lags of vccc train --async
 START, RESUME, OVERWRITE = "start", "resume", "overwrite"
 
 

@@ -8,7 +8,7 @@ Derive keys from ``ctx.key`` with ``jax.random.fold_in(ctx.key, <unused integer>
 other sections' numbers do not move (taken: 2 estimator_checks, 12 token, 13 BRACE,
 14 decoupled (and decoupled_library), 15 RAC (and rac_library), 16 PS-PPO (and
 ps_ppo_library), 17 and 18 brace_library, 19 rac_library, 20 ps_ppo_library, 21 actor
-corrections, 22 trainer, 23 lqr, 29 actor_rows_field;
+corrections, 22 trainer, 23 lqr, 29 actor_rows_field, 30 async_critics;
 ``split(ctx.key, 3)`` by the groups, the sampled half and vtrace_library). Keep a section
 cheap (< ~3 s on 2 idle cores): one compiled graph with the library functions it checks as
 a static argument (so a test that patches the library recompiles only that graph), tiny
@@ -26,6 +26,7 @@ import chex
 from vccc_jax.verify.report import Row
 from vccc_jax.verify.sections.actor_corrections import actor_rows
 from vccc_jax.verify.sections.actor_rows_field import field_actor_rows
+from vccc_jax.verify.sections.async_critics import async_critic_rows
 from vccc_jax.verify.sections.bandit import bandit_rows
 from vccc_jax.verify.sections.brace_library import brace_library_rows
 from vccc_jax.verify.sections.comparators import brace_rows, decoupled_rows, rac_rows
@@ -53,8 +54,9 @@ Section = Callable[[Context], "list[Row]"]
 SECTIONS: list[Section] = [bandit_rows, vtrace_rows, estimator_rows, token_rows, brace_rows, brace_library_rows,
                            decoupled_rows, decoupled_library_rows, rac_rows, rac_library_rows, ps_ppo_rows,
                            ps_ppo_library_rows, actor_rows, field_actor_rows, trainer_rows, lqr_rows]
+SECTIONS.append(async_critic_rows)  # issue 48: the field's async critics under lag
 
-__all__ = ["Context", "SECTIONS", "Section", "actor_rows", "bandit_rows", "brace_library_rows", "brace_rows",
+__all__ = ["Context", "SECTIONS", "Section", "actor_rows", "async_critic_rows", "bandit_rows", "brace_library_rows", "brace_rows",
            "field_actor_rows",
            "decoupled_library_rows", "decoupled_rows", "estimator_rows", "lqr_rows", "ps_ppo_library_rows", "ps_ppo_rows",
            "rac_library_rows", "rac_rows", "token_rows", "trainer_rows", "vtrace_rows"]

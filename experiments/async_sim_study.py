@@ -1,0 +1,177 @@
+"""Issue 48 item 3(b), small scale: real asynchrony against the simulator's lag laws.
+
+For each mode and seed: one real `--async` run (the pipeline of train.async_pipeline), then the
+simulator (train.trainer) on (i) that run's own measured lags (the `trace` law, same seed:
+paired) and (ii) a parametric law with the same mean lag (geometric:<mean>, the seeds vmapped:
+unpaired). Compared: final return (mean of the last 10 updates' behaviour return), the
+critic's error against Monte-Carlo V^{pi_k} (gt_mse, mean over the ground-truth updates of the
+second half), ESS. Statistic: the mean difference real - simulated with a 95% Student-t
+interval (paired over seeds for the trace replay, Welch for the parametric law) and the
+equivalence verdict for final return at the margin fixed BEFORE running: |difference| <=
+MARGIN (CartPole-v1 return units) — equivalent when the whole 90% interval (TOST at 5%) lies
+inside +-MARGIN, different when the 95% interval excludes 0, else inconclusive.
+
+    PYTHONPATH=$PWD python experiments/async_sim_study.py OUT [SEEDS] [UPDATES] [ENV] [MARGIN]
+
+Sets two forced host devices and XLA:CPU intra-op threads off before JAX starts. CPU-heavy
+(about 1-2 min per real run on a loaded 2-core machine).
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=2"
+                           " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+
+import dataclasses  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from vccc_jax.train import async_lag as al  # noqa: E402
+from vccc_jax.train import async_pipeline as ap  # noqa: E402
+from vccc_jax.train.config import TrainConfig  # noqa: E402
+from vccc_jax.train.trainer import Trainer  # noqa: E402
+
+_ARGS = sys.argv[1:] if sys.argv[1:2] != ["--figure"] else []
+UPDATES = int(_ARGS[2]) if len(_ARGS) > 2 else 100
+ENV = _ARGS[3] if len(_ARGS) > 3 else "CartPole-v1"
+# final-return equivalence margin, fixed before running: 25 on CartPole-v1, 50 on Acrobot-v1
+MARGIN = float(_ARGS[4]) if len(_ARGS) > 4 else 25.0
+BASE = dict(env=ENV, num_envs=8, num_steps=32, total_timesteps=8 * 32 * UPDATES,
+            update_epochs=2, num_minibatches=2, gt_every=10, eval_envs=0, critic="gae")
+MODES = (("latest", 2, 2), ("bounded:4", 2, 5))
+
+
+def real_run(cfg, spec, programs=None):
+    trainer = Trainer(cfg)
+    state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
+    pipe = ap.Pipeline(trainer, spec, state, ap.initial_actor_keys(state.key, spec.actors), 0,
+                       programs=programs)
+    rows, trace, dropped = [], [], 0
+    try:
+        pipe.start_threads()
+        state = jax.device_put(state, pipe.learner_device)
+        for k in range(trainer.num_updates):
+            batch = pipe.next_batch(k)
+            state, m = pipe.learn(state, batch, k)
+            pipe.publish(k + 1, state.actor_params)
+            m, version = jax.device_get((m, batch.traj.version))
+            rows.append({n: np.asarray(v) for n, v in m.items()})
+            trace.append(k - np.asarray(version)[0])
+            dropped += batch.dropped
+    finally:
+        pipe.close()
+    return rows, np.stack(trace), dropped, pipe.programs
+
+
+def summary(ret, gt, ess):
+    """(final return, critic error, ESS) of one run's per-update columns."""
+    half = len(gt) // 2
+    return (float(np.nanmean(ret[-10:])), float(np.nanmean(gt[half:])), float(np.nanmean(ess)))
+
+
+def interval(diff, paired=True, other=None, margin=None):
+    if paired:
+        d = np.asarray(diff)
+        m, se, df = d.mean(), d.std(ddof=1) / np.sqrt(len(d)), len(d) - 1
+    else:
+        a, b = np.asarray(diff), np.asarray(other)
+        m = a.mean() - b.mean()
+        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+        se = np.sqrt(va + vb)
+        df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    t95, t90 = stats.t.ppf(0.975, df), stats.t.ppf(0.95, df)
+    lo, hi = m - t95 * se, m + t95 * se
+    out = {"diff": float(m), "lo": float(lo), "hi": float(hi)}
+    if margin is not None:  # the equivalence verdict (final return only)
+        out["verdict"] = ("equivalent" if abs(m) + t90 * se <= margin else
+                          "different" if lo > 0 or hi < 0 else "inconclusive")
+    return out
+
+
+def main(out: Path, seeds: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"margin": MARGIN, "base": BASE, "seeds": seeds, "modes": {},
+              "load_start": os.getloadavg()}
+    for mode, actors, queue in MODES:
+        spec = ap.AsyncSpec(actors=actors, queue=queue, mode=mode, actor_devices=(0,),
+                            learner_devices=(1,), timeout=900.0)
+        real, replay, lags, programs = [], [], [], None
+        for seed in range(seeds):
+            cfg = TrainConfig(**BASE, seed=seed)
+            rows, trace, dropped, programs = real_run(cfg, spec, programs)
+            col = lambda n: np.array([float(r[n]) for r in rows])  # noqa: E731
+            real.append(summary(col("return"), col("gt_mse"), col("ess")))
+            lags.append(trace)
+            path = out / f"{mode.replace(':', '')}_s{seed}.trace"
+            al.LagTrace(trace.tolist()).write(out)
+            (out / al.TRACE_FILE).replace(path)
+            K = int(trace.max()) + 1
+            sim = Trainer(dataclasses.replace(cfg, lag=f"trace:@{path}", num_versions=K))
+            _, m = sim.train(sim.init())
+            replay.append(summary(*(np.asarray(m[n])[:, 0] for n in ("return", "gt_mse", "ess"))))
+            print(mode, seed, "real", real[-1], "replay", replay[-1], "dropped", dropped,
+                  flush=True)
+        mean_lag = float(np.mean([t[10:].mean() for t in lags]))
+        law = f"geometric:{mean_lag:.2f}"
+        par = Trainer(TrainConfig(**BASE, seed=1000, num_seeds=seeds, lag=law))
+        _, m = par.train(par.init())
+        parametric = [summary(*(np.asarray(m[n])[:, s] for n in ("return", "gt_mse", "ess")))
+                      for s in range(seeds)]
+        real_a, rep_a, par_a = map(np.asarray, (real, replay, parametric))
+        res = {"law": law, "mean_lag_after_warmup": mean_lag,
+               "lag_hist": al.histogram(np.concatenate(lags)).tolist(),
+               "real": real_a.tolist(), "replay": rep_a.tolist(), "parametric": par_a.tolist()}
+        for j, name in enumerate(("final_return", "gt_mse", "ess")):
+            margin = MARGIN if name == "final_return" else None
+            res[f"{name}_vs_replay"] = interval(real_a[:, j] - rep_a[:, j], margin=margin)
+            res[f"{name}_vs_parametric"] = interval(real_a[:, j], paired=False,
+                                                    other=par_a[:, j], margin=margin)
+        record["modes"][mode] = res
+        print(json.dumps({k: v for k, v in res.items() if "_vs_" in k}, indent=1), flush=True)
+    record["load_end"] = os.getloadavg()
+    (out / "study.json").write_text(json.dumps(record, indent=1))
+
+
+
+def figure(study: Path, png: Path) -> None:
+    """Per mode and metric: real, trace replay and parametric law, mean and 95% t-interval
+    over seeds.  ``python experiments/async_sim_study.py --figure STUDY.json OUT.png``"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    record = json.loads(Path(study).read_text())
+    names = ("final_return", "gt_mse", "ess")
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for j, (ax, name) in enumerate(zip(axes, names)):
+        for i, (mode, res) in enumerate(record["modes"].items()):
+            for c, (label, key) in enumerate((("real", "real"), ("trace replay", "replay"),
+                                              (res["law"], "parametric"))):
+                x = np.asarray(res[key])[:, j]
+                half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+                ax.errorbar(i + 0.25 * (c - 1), x.mean(), yerr=half, fmt="o", capsize=3,
+                            color=f"C{c}", label=("parametric (same mean)" if c == 2 else label)
+                            if i == 0 else None)
+        ax.set_xticks(range(len(record["modes"])), list(record["modes"]))
+        ax.set_title(name)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{record['base']['env']}, {record['seeds']} seeds per cell; mean and 95% "
+                 "t-interval",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--figure"]:
+        figure(Path(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/async_sim_study"),
+             int(sys.argv[2]) if len(sys.argv) > 2 else 8)

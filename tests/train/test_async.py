@@ -1,0 +1,164 @@
+"""``vccc train --async`` (issue 48): the real pipeline against the simulator, its faults, the
+measured lag and its replay through the ``trace`` law. Small shapes; every wait bounded; no
+assertion on a duration (the SIGINT test bounds its waits only to fail instead of hanging)."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from vccc_jax.envs.lag import LagLaw
+from vccc_jax.runs.train_async import run_async
+from vccc_jax.train import async_lag as al
+from vccc_jax.train import async_pipeline as ap
+from vccc_jax.train.config import TrainConfig
+from vccc_jax.train.trainer import Trainer
+
+SMALL = dict(env="CartPole-v1", num_envs=4, num_steps=8, update_epochs=1, num_minibatches=2,
+             hidden=8, gt_every=0, eval_envs=0, seed=3)
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_lag1_one_actor_thread_is_the_simulators_fixed1_run():
+    """Same seeds: the random draws are the simulator's (the actor's key chain is the
+    learner state's, split as ``trainer.update`` splits it), so actions, rewards, episodes and
+    lags are equal exactly, and update 0 (lag 0) is bit for bit. From update 1 on log pi_k of
+    the stale steps comes from a plain [steps x B] forward, where the simulator takes row 0 of
+    its two-version batched forward ([2, B]): float32 rounding, so floats agree to 1e-4."""
+    cfg = TrainConfig(**SMALL, total_timesteps=4 * 8 * 6, lag="fixed:1")
+    trainer = Trainer(cfg)
+    sim_state, sim = trainer.train(trainer.init())
+    state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
+    pipe = ap.Pipeline(trainer, ap.AsyncSpec(timeout=120.0), state,
+                       ap.initial_actor_keys(state.key, 1), 0)
+    got = []
+    try:
+        pipe.start_threads()
+        for k in range(trainer.num_updates):
+            batch = pipe.next_batch(k)
+            state, m = pipe.learn(state, batch, k)
+            pipe.publish(k + 1, state.actor_params)
+            got.append(jax.device_get(m) | {"version": np.asarray(batch.traj.version)})
+    finally:
+        assert pipe.close() == []
+    assert [int(g["version"].max()) for g in got] == [0, 0, 1, 2, 3, 4]  # one stale, capped
+    for name, column in sim.items():
+        want = np.asarray(column)[:, 0]
+        have = np.stack([np.asarray(g[name]) for g in got])
+        np.testing.assert_array_equal(have[0], want[0], err_msg=name)
+        if name in ("return", "episodes", "lag_mean", "count_by_lag", "nonfinite"):
+            np.testing.assert_array_equal(have, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-6, err_msg=name)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a[0], b, atol=1e-5),
+                           sim_state.actor_params, state.actor_params)
+
+
+def test_a_failing_actor_thread_stops_the_run_keeping_rows_and_checkpoint(tmp_path):
+    cfg = TrainConfig(**SMALL, total_timesteps=4 * 8 * 20)
+    spec = ap.AsyncSpec(fail_at=(0, 3), timeout=120.0)
+    with pytest.raises(ap.ActorFailed) as e:
+        run_async(cfg, spec, tmp_path, checkpoint_every=0)
+    assert str(e.value) == "actor-0 raised RuntimeError: injected failure before rollout 3"
+    rows = _rows(tmp_path / "metrics.csv")
+    assert [int(r["update"]) for r in rows] == [0, 1, 2]  # every rollout made was learned
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoint").iterdir()
+                  if p.name.isdigit()) == [3]
+    assert len((tmp_path / al.TRACE_FILE).read_text().splitlines()) == 3
+
+
+def test_measured_lags_replay_through_the_trace_law(tmp_path):
+    """latest mode, 2 actor threads, queue 2: whatever the timing, the lags.trace rows are the
+    per-env lags of metrics.csv's histograms, and the simulator's ``trace`` law reads them
+    back at the very (update, env) they were measured: its lag_mean is the trace's."""
+    cfg = TrainConfig(**SMALL, total_timesteps=4 * 8 * 8)
+    spec = ap.AsyncSpec(actors=2, queue=2, mode="latest", timeout=120.0)
+    _, rows = run_async(cfg, spec, tmp_path)
+    path = tmp_path / al.TRACE_FILE
+    trace = np.loadtxt(path, dtype=np.int64, ndmin=2)
+    assert trace.shape == (8, 4)
+    for k, row in enumerate(rows):
+        assert row["version_diff_max"] == trace[k].max() and row["version_diff_min"] == \
+            trace[k].min()
+        np.testing.assert_allclose([row[f"lag_hist{j}"] for j in range(al.HIST_BINS)],
+                                   al.histogram(trace[k]))
+        assert 0 <= trace[k].min() and trace[k].max() <= k  # no version before 0
+    law = LagLaw.parse(f"trace:@{path}")
+    K = int(trace.max()) + 1
+    for k in range(8):
+        drawn = law.sample(jax.random.PRNGKey(0), 4, K, available=k + 1, step=k)
+        np.testing.assert_array_equal(np.asarray(drawn), trace[k])
+    sim = Trainer(TrainConfig(**dict(SMALL, num_envs=4), total_timesteps=4 * 8 * 8,
+                              lag=f"trace:@{path}", num_versions=K))
+    _, m = sim.train(sim.init())
+    np.testing.assert_allclose(np.asarray(m["lag_mean"])[:, 0], trace.mean(1), rtol=1e-6)
+
+
+def test_trajectory_lags_span_rollouts():
+    """Two envs, two batches: env 0's episode crosses the batches (versions 3 then 5), env 1's
+    ends in the first; per-trajectory mean lag, oldest-step lag and the multi-version share."""
+    tl = al.TrajectoryLags(2)
+    v1, d1 = np.array([[3, 3], [3, 3]]), np.array([[0, 0], [0, 1]], bool)
+    out1 = tl.update(v1, 4 - v1, d1)
+    assert out1["trajectories"] == 1 and out1["traj_staleness_avg"] == 1.0
+    assert out1["traj_multi_version_frac"] == 0.0
+    v2, d2 = np.array([[5, 5], [5, 5]]), np.array([[1, 0], [0, 0]], bool)
+    out2 = tl.update(v2, 6 - v2, d2)
+    assert out2["trajectories"] == 1 and out2["traj_multi_version_frac"] == 1.0
+    assert out2["traj_staleness_avg"] == pytest.approx((1 + 1 + 1) / 3)
+    assert out2["traj_lag_hist1"] == 1.0 and np.isnan(out2["lag_len_corr"])
+
+
+def _cli(out, extra=()):
+    env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+               + " --xla_force_host_platform_device_count=2",
+               PYTHONPATH=os.getcwd())
+    cmd = [sys.executable, "-m", "vccc_jax.cli", "train", "--async", "--env", "CartPole-v1",
+           "--num-envs", "4", "--num-steps", "4", "--update-epochs", "1",
+           "--num-minibatches", "1", "--hidden", "8", "--total-timesteps", str(16 * 100000),
+           "--gt-every", "0", "--eval-envs", "0", "--actor-threads", "2",
+           "--param-mode", "latest", "--actor-devices", "0", "--learner-devices", "1",
+           "--checkpoint-every", "1", "--quiet", "--no-figure", "--out", str(out), *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def _sigint_after_rows(proc, csv_path, more_than: int) -> tuple[int, str]:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if csv_path.exists() and len(_rows(csv_path)) > more_than:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[1]
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the async run did not stop within 60 s of SIGINT")
+    return proc.returncode, err
+
+
+def test_sigint_stops_every_thread_and_resume_continues(tmp_path):
+    out = tmp_path / "run"
+    rc, err = _sigint_after_rows(_cli(out), out / "metrics.csv", 2)
+    assert rc == 130, err
+    assert "interrupted after update" in err and "--resume" in err
+    first = [int(r["update"]) for r in _rows(out / "metrics.csv")]
+    assert first == list(range(len(first)))
+    rc, err = _sigint_after_rows(_cli(out, ["--resume"]), out / "metrics.csv", len(first) + 2)
+    assert rc == 130, err
+    rows = _rows(out / "metrics.csv")
+    assert [int(r["update"]) for r in rows] == list(range(len(rows))) and len(rows) > len(first)
+    trace = (out / al.TRACE_FILE).read_text().splitlines()
+    assert len(trace) == len(rows)
