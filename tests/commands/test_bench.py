@@ -65,7 +65,7 @@ def test_unknown_or_missing_benchmark(capsys):
     (["train", "--seeds", "many"], "--seeds"),
     (["train", "--rows", "sync-gae", "--actor", "sometimes"], "actor"),
     (["train", "--continuous", "--rows", "lag8-vtrace"], "unknown rows ['lag8-vtrace']"),
-    (["train", "--continuous", "--rows", "sync-gae", "--actor", "centered-ratio"], "actor must be"),
+    (["train", "--continuous", "--rows", "sync-gae", "--actor", "centered-ratio"], "score centring (Eq 13) sums"),
     (["scale", "--envs-per-device", "x"], "--envs-per-device"),
     (["routes", "--routes", "exact,snapshot"], "unknown routes ['snapshot']"),
     (["routes", "--updates", "0"], "--updates"),

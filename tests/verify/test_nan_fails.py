@@ -19,10 +19,12 @@ from vccc_jax.verify.identities import EXACT_ROWS, identity_rows
 from vccc_jax.verify.sections import Context
 from vccc_jax.verify.sections import lqr as lqr_mod
 from vccc_jax.verify.sections import trainer as trainer_mod
+from vccc_jax.verify.sections import trainer_gaussian as gaussian_mod
 
 CTX = Context(key=jax.random.PRNGKey(0), quick=True)
-MODULES = ("actor_corrections", "actor_rows_field", "bandit", "brace_library", "comparators", "decoupled_library",
-           "estimator_checks", "ps_ppo", "ps_ppo_library", "rac_library", "token", "vtrace_library")
+MODULES = ("actor_corrections", "actor_rows_field", "async_critics", "bandit", "brace_library",
+           "comparators", "decoupled_library", "estimator_checks", "ps_ppo", "ps_ppo_library",
+           "rac_library", "token", "vtrace_library")
 # Rows computed from no compiled graph's numbers (the poison does not reach them)
 NOT_FROM_NUMBERS = ("library PS-PPO: sample_cutoffs draws T ~ the law's pmf",)  # integer draws, chi-square
 
@@ -50,8 +52,8 @@ def _lqr_numbers(bad):
     return numbers
 
 
-def _trainer_numbers(bad):
-    return lambda key: {k: (np.array([0.0, bad]), np.zeros(2)) for k, *_ in trainer_mod.ROWS}
+def _trainer_numbers(bad, rows=trainer_mod.ROWS):
+    return lambda key: {k: (np.array([0.0, bad]), np.zeros(2)) for k, *_ in rows}
 
 
 @pytest.fixture(params=[np.nan, np.inf], ids=["nan", "inf"])
@@ -64,6 +66,7 @@ def poisoned(request, monkeypatch):
                 monkeypatch.setattr(mod, attr, _poisoned(v, bad))
     monkeypatch.setattr(lqr_mod, "lqr_numbers", _lqr_numbers(bad))
     monkeypatch.setattr(trainer_mod, "trainer_numbers", _trainer_numbers(bad))
+    monkeypatch.setattr(gaussian_mod, "gaussian_numbers", _trainer_numbers(bad, gaussian_mod.ROWS))
     return bad
 
 
