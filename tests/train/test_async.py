@@ -162,3 +162,22 @@ def test_sigint_stops_every_thread_and_resume_continues(tmp_path):
     assert [int(r["update"]) for r in rows] == list(range(len(rows))) and len(rows) > len(first)
     trace = (out / al.TRACE_FILE).read_text().splitlines()
     assert len(trace) == len(rows)
+
+
+def test_the_console_summary_names_each_window():
+    """Issue 45 row 8 in the async summary: every number states what it averages over, and
+    fewer than 5 seeds print no 95% interval (a hand-made summary: nothing compiled)."""
+    from vccc_jax.commands.train_async import summary_lines
+
+    one = {"mean": 70.5, "n": 1, "interval": "n = 1: no interval", "per_seed": [70.5]}
+    summary = {"final_return": dict(one, window="behaviour return, mean over the last 1 of 4 updates"),
+               "lag_mean": dict(one, mean=0.75, window="mean over all 4 updates")}
+    rows = [{"version_diff_avg": v, "version_diff_min": int(v), "version_diff_max": 1}
+            for v in (0.0, 1.0, 1.0, 1.0)]
+    lines = summary_lines(summary, rows)
+    assert lines[0] == ("      final_return: 70.5 (n = 1: no interval); behaviour return, mean "
+                        "over the last 1 of 4 updates")
+    assert lines[1].endswith("0.75 (n = 1: no interval); mean over all 4 updates")
+    assert lines[2] == ("  version_diff_avg: 0.750; mean over all 4 updates (the last: min 1, "
+                        "max 1)")
+    assert not any("95%" in line for line in lines)

@@ -91,7 +91,6 @@ def force_host_devices(args) -> None:
 
 def single(cfg, out: Path, args, resume: bool, command: list) -> int:
     """One --async run; the exit status (0, 1: an actor thread failed, 130: Ctrl-C)."""
-    from vccc_jax.analysis.train import format_interval
     from vccc_jax.commands.interrupt import EXIT_INTERRUPTED, SigintStops
     from vccc_jax.runs.run_dir import checkpoint_steps
     from vccc_jax.runs.train import Interrupted
@@ -125,11 +124,20 @@ def single(cfg, out: Path, args, resume: bool, command: list) -> int:
             rows, out / "curves.png",
             f"{cfg.env}  async {spec.mode} x{spec.actors}  critic {cfg.critic}  "
             f"actor {cfg.actor}")
-    for k in ("final_return", "lag_mean"):
-        if k in summary:
-            print(f"{k:>18}: {format_interval(summary[k])}")
-    last = rows[-1] if rows else {}
-    print(f"{'version_diff_avg':>18}: {sum(r['version_diff_avg'] for r in rows) / max(len(rows), 1):.3f}"
-          f" (last update: min {last.get('version_diff_min')}, max {last.get('version_diff_max')})")
+    print("\n".join(summary_lines(summary, rows)))
     print(f"results: {out}")
     return 0
+
+
+def summary_lines(summary: dict, rows: list[dict]) -> list[str]:
+    """The console summary of an async run: each number with its interval text
+    (``analysis.train.format_interval``) and the window it averages over (issue 45 row 8)."""
+    from vccc_jax.analysis.train import format_interval
+
+    lines = [f"{k:>18}: {format_interval(summary[k])}; {summary[k]['window']}"
+             for k in ("final_return", "lag_mean") if k in summary]
+    last = rows[-1] if rows else {}
+    mean = sum(r["version_diff_avg"] for r in rows) / max(len(rows), 1)
+    lines.append(f"{'version_diff_avg':>18}: {mean:.3f}; mean over all {len(rows)} updates (the "
+                 f"last: min {last.get('version_diff_min')}, max {last.get('version_diff_max')})")
+    return lines
