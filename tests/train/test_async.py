@@ -29,13 +29,14 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
-def test_lag1_one_actor_thread_is_the_simulators_fixed1_run():
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])  # categorical / Gaussian head
+def test_lag1_one_actor_thread_is_the_simulators_fixed1_run(env):
     """Same seeds: the random draws are the simulator's (the actor's key chain is the
     learner state's, split as ``trainer.update`` splits it), so actions, rewards, episodes and
     lags are equal exactly, and update 0 (lag 0) is bit for bit. From update 1 on log pi_k of
     the stale steps comes from a plain [steps x B] forward, where the simulator takes row 0 of
     its two-version batched forward ([2, B]): float32 rounding, so floats agree to 1e-4."""
-    cfg = TrainConfig(**SMALL, total_timesteps=4 * 8 * 6, lag="fixed:1")
+    cfg = TrainConfig(**(SMALL | {"env": env}), total_timesteps=4 * 8 * 6, lag="fixed:1")
     trainer = Trainer(cfg)
     sim_state, sim = trainer.train(trainer.init())
     state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
