@@ -49,6 +49,10 @@ def add_async_flags(p) -> None:
                    help="device indices of the actor threads (default 0)")
     g.add_argument("--learner-devices", default="0", metavar="I",
                    help="device index of the learner (default 0)")
+    g.add_argument("--actor-sync-every", type=int, default=0, metavar="M",
+                   help="actors take new parameters every M steps inside a rollout (M divides "
+                   "--num-steps; every step keeps its own version; lag1: the chunks after the "
+                   "first wait for the newest version) (default 0: once per rollout)")
     g.add_argument("--queue-timeout", type=float, default=300.0, metavar="S",
                    help="longest wait on any queue or parameter version, seconds (default 300)")
 
@@ -68,7 +72,8 @@ def spec_of(args, check_only: bool = False):
     """The ``AsyncSpec`` of the flags (``check_only``: validate in pure Python only)."""
     fields = dict(actors=args.actor_threads, queue=args.queue_size, mode=args.param_mode,
                   actor_devices=_indices(args.actor_devices),
-                  learner_devices=_indices(args.learner_devices), timeout=args.queue_timeout)
+                  learner_devices=_indices(args.learner_devices), timeout=args.queue_timeout,
+                  sync_every=args.actor_sync_every)
     if check_only:
         return fields
     from vccc_jax.train.async_pipeline import AsyncSpec

@@ -20,6 +20,15 @@ Parameter channel modes (``AsyncSpec.mode``):
 * ``bounded:N`` (AReaL's max staleness): actors as ``latest``; the learner DROPS a rollout
   whose lag exceeds N and takes that actor's next one (counted per update: ``dropped``).
 
+Mid-rollout weight updates (``AsyncSpec.sync_every`` = M, M divides T): an actor runs its
+rollout as T / M chunks of M steps (the same jitted rollout, each chunk its slice of the
+rollout's draws: :func:`chunked_rollout`) and takes parameters before every chunk, so each
+step keeps its own version and one rollout may span several (an in-flight update). ``latest``
+/ ``bounded:N``: the newest version before each chunk; ``lag1``: chunk 0 acts with version
+j - 1 as before, every later chunk waits for version j (the simulator's ``fixed:1`` with
+``switch_every`` = M, deterministic). ``bounded:N`` bounds the OLDEST step of a rollout (its
+first chunk's version): a rollout is learned only if every one of its steps is at lag <= N.
+
 Random keys: actor i keeps its own key chain (actor 0: the learner state's key; actor i > 0:
 ``fold_in(key, i)``), split per rollout as ``trainer.update`` splits the state's key, so one
 actor thread in ``lag1`` mode draws the very numbers of the simulator's ``fixed:1`` run.
@@ -49,15 +58,17 @@ MODES = ("lag1", "latest", "bounded")
 POLL_S = 0.05  # how often a waiting thread looks at the stop flag
 
 __all__ = ["ActorFailed", "AsyncSpec", "Batch", "MODES", "ParamChannel", "Pipeline",
-           "actor_rollout", "initial_actor_keys", "learn_on", "learner_log_probs"]
+           "actor_rollout", "chunked_rollout", "initial_actor_keys", "learn_on",
+           "learner_log_probs"]
 
 
 @dataclasses.dataclass(frozen=True)
 class AsyncSpec:
     """How the pipeline runs: actor threads, queue size, parameter mode, device indices
     (``jax.devices()``; actor thread i runs on ``actor_devices[i % len]``), the longest any
-    wait may last (seconds) and ``fail_at`` = (actor, rollout): a test hook that makes that
-    actor raise before that rollout (counted from the run's start)."""
+    wait may last (seconds), ``fail_at`` = (actor, rollout): a test hook that makes that
+    actor raise before that rollout (counted from the run's start), and ``sync_every`` = M:
+    actors take new parameters every M steps inside a rollout (0: once per rollout)."""
 
     actors: int = 1
     queue: int = 1
@@ -66,6 +77,7 @@ class AsyncSpec:
     learner_devices: tuple[int, ...] = (0,)
     timeout: float = 300.0
     fail_at: Optional[tuple[int, int]] = None
+    sync_every: int = 0
 
     def __post_init__(self):
         if self.actors < 1 or self.queue < 1:
@@ -83,6 +95,8 @@ class AsyncSpec:
                              "several is not built yet)")
         if self.timeout <= 0:
             raise ValueError(f"--queue-timeout must be > 0, got {self.timeout}")
+        if self.sync_every < 0:
+            raise ValueError(f"--actor-sync-every must be >= 0, got {self.sync_every}")
 
     @property
     def kind(self) -> str:
@@ -119,12 +133,36 @@ def initial_actor_keys(key, num_actors: int):
     return jnp.stack([key] + [jax.random.fold_in(key, i) for i in range(1, num_actors)])
 
 
-def actor_rollout(setup, values, params, env_carry, key, version):
+def actor_rollout(setup, values, params, env_carry, key, version, first=0, steps=None):
     """One actor rollout with ``params`` (version ``version``): (carry, trajectory stamped
-    with the version at every step, the next key). Keys split as ``trainer.update`` does."""
+    with the version at every step, the next key). Keys split as ``trainer.update`` does.
+    ``steps`` (static), ``first``: only that chunk of the rollout (its draws unchanged)."""
     key, _, k_roll, _, _ = jax.random.split(key, 5)
-    env_carry, traj = tr.rollout_step(setup, values, params, None, env_carry, k_roll, 0)
+    env_carry, traj = tr.rollout_step(setup, values, params, None, env_carry, k_roll, 0,
+                                      steps=steps, first_step=first)
     return env_carry, traj.replace(version=jnp.full(traj.reward.shape, version, jnp.int32)), key
+
+
+def chunked_rollout(rollout, values, take, carry, key, num_steps: int, every: int):
+    """One actor rollout of ``num_steps`` steps in chunks of ``every`` (0 or ``num_steps``:
+    one call, the whole rollout), taking parameters before each: ``take(c)`` -> (version,
+    params) for chunk c. ``rollout``: the jitted :func:`actor_rollout` (``steps`` static).
+    Returns (carry, [T, B] trajectory, per step the version of its chunk; the next key; the
+    first chunk's version, the rollout's oldest when versions never go back)."""
+    chunks = 1 if every in (0, num_steps) else num_steps // every
+    parts, first = [], None
+    for c in range(chunks):
+        version, params = take(c)
+        first = version if first is None else first
+        if chunks == 1:
+            carry, traj, next_key = rollout(values, params, carry, key, np.int32(version))
+        else:
+            carry, traj, next_key = rollout(values, params, carry, key, np.int32(version),
+                                            np.int32(c * every), steps=every)
+        parts.append(traj)
+    traj = parts[0] if chunks == 1 else jax.tree_util.tree_map(
+        lambda *x: jnp.concatenate(x, 0), *parts)
+    return carry, traj, next_key, first
 
 
 def learner_log_probs(setup, actor_params, traj):
@@ -235,6 +273,9 @@ class Pipeline:
     def __init__(self, trainer, spec: AsyncSpec, state, actor_keys, start: int,
                  programs: Optional[tuple] = None):
         cfg = trainer.setup.cfg
+        if spec.sync_every and cfg.num_steps % spec.sync_every:
+            raise ValueError(f"--actor-sync-every {spec.sync_every} must divide num_steps "
+                             f"{cfg.num_steps} (the rollout runs in chunks of that many steps)")
         if cfg.num_envs % spec.actors:
             raise ValueError(f"num_envs {cfg.num_envs} must be a multiple of --actor-threads "
                              f"{spec.actors} (each actor thread runs num_envs / N envs)")
@@ -245,13 +286,15 @@ class Pipeline:
                              f"({devices[0].platform}); on CPU set XLA_FLAGS="
                              f"--xla_force_host_platform_device_count={wanted + 1}")
         self.spec, self.start, self.setup = spec, start, trainer.setup
+        self.num_steps = cfg.num_steps
         self.learner_device = devices[spec.learner_devices[0]]
         self.actor_device = [devices[spec.actor_devices[i % len(spec.actor_devices)]]
                              for i in range(spec.actors)]
         self.values = jax.device_put(program_values(trainer.values), self.learner_device)
         self._values_on = {d: jax.device_put(self.values, d) for d in set(self.actor_device)}
         if programs is None:  # (rollout, learn) jitted; pass ``pipe.programs`` to share them
-            programs = (jax.jit(functools.partial(actor_rollout, trainer.setup)),
+            programs = (jax.jit(functools.partial(actor_rollout, trainer.setup),
+                                static_argnames=("steps",)),
                         jax.jit(functools.partial(learn_on, trainer.setup)))
         self.programs = programs
         self._rollout, self._learn = programs
@@ -329,9 +372,11 @@ class Pipeline:
         return [t.name for t in self.threads if t.is_alive()]
 
     # -- actor side ------------------------------------------------------------------
-    def _params_for(self, i: int, j: int) -> tuple[int, Any]:
+    def _params_for(self, i: int, j: int, c: int = 0) -> tuple[int, Any]:
+        """Actor i's parameters for chunk c of its rollout j (``lag1``: chunk 0 version
+        j - 1, later chunks version j, both waited for; else the newest)."""
         if self.spec.kind == "lag1":
-            version = max(j - 1, self.start)
+            version = max(j - 1, self.start) if c == 0 else j
             on = self.channel.wait_for(version, self.stop_event, self.spec.timeout)
         else:
             version, on = self.channel.newest()
@@ -358,9 +403,10 @@ class Pipeline:
             while not self.stop_event.is_set():
                 if self.spec.fail_at is not None and self.spec.fail_at == (i, j - self.start):
                     raise RuntimeError(f"injected failure before rollout {j}")
-                version, params = self._params_for(i, j)
-                carry, traj, key = self._rollout(self._values_on[device], params, carry, key,
-                                                 np.int32(version))
+                carry, traj, key, version = chunked_rollout(
+                    self._rollout, self._values_on[device],
+                    functools.partial(self._params_for, i, j), carry, key, self.num_steps,
+                    self.spec.sync_every)
                 self._put(i, (version, traj, carry, key))
                 j += 1
         except _Stopped:
