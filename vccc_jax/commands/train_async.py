@@ -47,8 +47,9 @@ def add_async_flags(p) -> None:
                    "bounded:N (the learner drops rollouts older than N; counted) (default lag1)")
     g.add_argument("--actor-devices", default="0", metavar="I,J",
                    help="device indices of the actor threads (default 0)")
-    g.add_argument("--learner-devices", default="0", metavar="I",
-                   help="device index of the learner (default 0)")
+    g.add_argument("--learner-devices", default="0", metavar="I,J",
+                   help="device indices of the learner (default 0); several: the learner's "
+                   "state and batch on a mesh over them (the sharded trainer's layout)")
     g.add_argument("--actor-sync-every", type=int, default=0, metavar="M",
                    help="actors take new parameters every M steps inside a rollout (M divides "
                    "--num-steps; every step keeps its own version; lag1: the chunks after the "

@@ -114,7 +114,7 @@ def _loop(cfg, spec, out, mngr, *, checkpoint_every, resume, stop, command, trac
     t0, update = time.time(), start
     try:
         pipe.start_threads()
-        state = jax.device_put(tree["state"], pipe.learner_device)
+        state = pipe.place_state(tree["state"])
         while update < total:
             batch = pipe.next_batch(update)
             state, metrics = pipe.learn(state, batch, update)

@@ -29,6 +29,13 @@ j - 1 as before, every later chunk waits for version j (the simulator's ``fixed:
 ``switch_every`` = M, deterministic). ``bounded:N`` bounds the OLDEST step of a rollout (its
 first chunk's version): a rollout is learned only if every one of its steps is at lag <= N.
 
+The learner on several devices (``AsyncSpec.learner_devices`` I,J,...): its state and batch
+lie on a ``("data", "seed")`` mesh over those devices with the sharded trainer's layout
+(``train.sharding``: env axis and minibatches on "data", params replicated,
+``learner_constrain`` inside the step), the actors' rollouts are placed onto it, and the
+compiler reduces the gradients (one all-reduce per minibatch): the same numbers as one
+learner device up to the reordered sums (float32 rounding).
+
 Random keys: actor i keeps its own key chain (actor 0: the learner state's key; actor i > 0:
 ``fold_in(key, i)``), split per rollout as ``trainer.update`` splits the state's key, so one
 actor thread in ``lag1`` mode draws the very numbers of the simulator's ``fixed:1`` run.
@@ -90,9 +97,8 @@ class AsyncSpec:
             raise ValueError(f"--param-mode bounded:N needs an integer N >= 0, got {arg!r}")
         if not self.actor_devices or not self.learner_devices:
             raise ValueError("--actor-devices and --learner-devices need at least one device")
-        if len(self.learner_devices) != 1:
-            raise ValueError("--learner-devices: one learner device (a sharded learner over "
-                             "several is not built yet)")
+        if len(set(self.learner_devices)) != len(self.learner_devices):
+            raise ValueError(f"--learner-devices names a device twice: {self.learner_devices}")
         if self.timeout <= 0:
             raise ValueError(f"--queue-timeout must be > 0, got {self.timeout}")
         if self.sync_every < 0:
@@ -255,6 +261,29 @@ class Batch(NamedTuple):
     wait_s: float
 
 
+class _LearnerMesh:
+    """The learner over several devices: a (data, 1) mesh, the unbatched TrainState's
+    shardings (``sharding.state_specs``), the rollout's (env axis on "data") and the setup
+    whose ``constrain`` hook is the sharded trainer's (``sharding.learner_constrain``)."""
+
+    def __init__(self, trainer, state, devices):
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from vccc_jax.train import sharding as sh
+
+        cfg = trainer.setup.cfg
+        mesh = sh.make_mesh((len(devices), 1), devices=devices)
+        sh.check_divisible(cfg.num_envs, mesh)
+        specs = sh.state_specs(state, len(devices), seed_axis=False)
+        self.state = jax.tree_util.tree_map(lambda p: NamedSharding(mesh, p), specs,
+                                            is_leaf=lambda x: isinstance(x, P))
+        self.replicated = NamedSharding(mesh, P())
+        self.traj, self.envs = NamedSharding(mesh, P(None, sh.DATA)), NamedSharding(mesh, P(sh.DATA))
+        self.setup = dataclasses.replace(
+            trainer.setup, constrain=sh.learner_constrain(mesh, cfg.minibatch_size))
+
+
 def _slice_envs(tree, i: int, n: int):
     def cut(x):
         size = x.shape[0] // n
@@ -290,12 +319,19 @@ class Pipeline:
         self.learner_device = devices[spec.learner_devices[0]]
         self.actor_device = [devices[spec.actor_devices[i % len(spec.actor_devices)]]
                              for i in range(spec.actors)]
-        self.values = jax.device_put(program_values(trainer.values), self.learner_device)
-        self._values_on = {d: jax.device_put(self.values, d) for d in set(self.actor_device)}
+        values = program_values(trainer.values)
+        self._values_on = {d: jax.device_put(values, d) for d in set(self.actor_device)}
+        learner_setup, self.layout = trainer.setup, None
+        if len(spec.learner_devices) > 1:
+            self.layout = _LearnerMesh(trainer, state, [devices[i] for i in spec.learner_devices])
+            learner_setup = self.layout.setup
+        self.values = self._place(values, None)
         if programs is None:  # (rollout, learn) jitted; pass ``pipe.programs`` to share them
+            learn = functools.partial(learn_on, learner_setup)
             programs = (jax.jit(functools.partial(actor_rollout, trainer.setup),
                                 static_argnames=("steps",)),
-                        jax.jit(functools.partial(learn_on, trainer.setup)))
+                        jax.jit(learn) if self.layout is None else
+                        jax.jit(learn, out_shardings=(self.layout.state, self.layout.replicated)))
         self.programs = programs
         self._rollout, self._learn = programs
         self.channel = ParamChannel(keep=spec.queue + 3)
@@ -312,6 +348,17 @@ class Pipeline:
     def start_threads(self) -> None:
         for t in self.threads:
             t.start()
+
+    def _place(self, tree, sharding):
+        """``tree`` on the learner: its device, or the mesh with ``sharding`` (None:
+        replicated)."""
+        if self.layout is None:
+            return jax.device_put(tree, self.learner_device)
+        return jax.device_put(tree, self.layout.replicated if sharding is None else sharding)
+
+    def place_state(self, state):
+        """The learner's (unbatched) TrainState on the learner device(s)."""
+        return self._place(state, None if self.layout is None else self.layout.state)
 
     def publish(self, version: int, actor_params) -> None:
         on = {d: jax.device_put(actor_params, d) for d in set(self.actor_device)}
@@ -340,6 +387,9 @@ class Pipeline:
             carry = jax.tree_util.tree_map(lambda *x: jnp.concatenate(x, 0),
                                            *[it[1] for it in items])
             keys = jnp.stack([it[2] for it in items])
+        if self.layout is not None:  # onto the learner's mesh: env axis on "data"
+            traj = self._place(traj, self.layout.traj)
+            carry = self._place(carry, self.layout.envs)
         return Batch(traj, carry, keys, dropped, time.monotonic() - t0)
 
     def _raise_failure(self) -> None:
