@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_sharding import LOSS_ATOL, LOSS_RTOL, PARAM_ATOL, PARAM_RTOL, _env
 
 HERE = Path(__file__).parent
@@ -48,3 +49,22 @@ def test_a_learner_sharded_over_two_devices_equals_one_learner_device(tmp_path):
                                    err_msg=name)
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoint").iterdir()
                   if p.name.isdigit()) == ["1", "2", "4"]
+
+
+@pytest.mark.parametrize("extra, env, match", [
+    (["--coordinator", "h:1", "--num-processes", "2", "--process-id", "0"], {},
+     r"runs in one process \(jax.distributed start: explicit\)"),
+    ([], {"VCCC_COORDINATOR": "h:1"}, r"start: explicit\).*make_array_from_process_local"),
+    ([], {"SLURM_JOB_ID": "1", "SLURM_STEP_NODELIST": "a,b", "SLURM_NTASKS": "2",
+          "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, r"start: slurm"),
+    (["--devices", "2"], {}, "--devices / --mesh shape the synchronous trainer's mesh"),
+])
+def test_async_refuses_multi_host_runs_and_the_sync_mesh_flags(monkeypatch, extra, env, match):
+    """Pure Python, before JAX starts: what --async does not run, said in one message."""
+    from vccc_jax.commands import train, train_async
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    args = train.build_parser().parse_args(["--async", *extra])
+    with pytest.raises(ValueError, match=match):
+        train_async.check(args, None)

@@ -17,7 +17,17 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["add_async_flags", "check", "force_host_devices", "single", "spec_of"]
+__all__ = ["MULTI_HOST", "add_async_flags", "check", "force_host_devices", "single", "spec_of"]
+
+MULTI_HOST = (
+    "--async runs in one process (jax.distributed start: {how}): its actor threads and its "
+    "learner (one device, or a mesh over --learner-devices) use this host's devices only. "
+    "Across hosts it is not built: every process would have to build the same global batch "
+    "from its own actors' rollouts each update (jax.make_array_from_process_local_data), "
+    "gather the versions for the lag metrics and lags.trace, and agree on when to stop or "
+    "fail, or the learner's collectives wait forever. Run one --async process per host, or "
+    "the synchronous sharded trainer across hosts (vccc train --coordinator ... without "
+    "--async)")
 
 
 def _indices(text: str) -> tuple[int, ...]:
@@ -66,6 +76,16 @@ def check(args, exp) -> None:
         raise ValueError("--async runs one configuration; a --config grid is not supported")
     if getattr(args, "critic_free", None):
         raise ValueError("--async trains an actor-critic; --critic-free is not supported")
+    if getattr(args, "devices", None) is not None or getattr(args, "mesh", None):
+        raise ValueError("--devices / --mesh shape the synchronous trainer's mesh; with --async "
+                         "the devices are --actor-devices and --learner-devices I,J (a mesh "
+                         "over the learner's devices)")
+    from vccc_jax.runs.distributed import plan_start
+
+    how = plan_start(getattr(args, "coordinator", None), getattr(args, "num_processes", None),
+                     getattr(args, "process_id", None))
+    if how is not None:
+        raise ValueError(MULTI_HOST.format(how=how))
     spec_of(args, check_only=True)
 
 
