@@ -1,5 +1,5 @@
 """Subprocess worker (2 fake CPU devices) for tests/train/test_async_mesh.py: the ``lag1``
-pipeline (one actor thread on device 0, deterministic) for 4 updates with the learner on
+pipeline (two actor threads on device 0, deterministic) for 4 updates with the learner on
 device 1 and with the learner sharded over devices 0 and 1; the second also through
 ``run_async``, stopped after update 2 (the sharded state checkpointed) and resumed. Writes
 OUT/async_mesh.npz (per run: every update's metrics, the batches' versions and actions, the
@@ -23,8 +23,8 @@ from vccc_jax.train.trainer import Trainer  # noqa: E402
 
 def run(trainer, learner):
     state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
-    spec = ap.AsyncSpec(actor_devices=(0,), learner_devices=learner, timeout=120.0)
-    pipe = ap.Pipeline(trainer, spec, state, ap.initial_actor_keys(state.key, 1), 0)
+    spec = ap.AsyncSpec(actors=2, actor_devices=(0,), learner_devices=learner, timeout=120.0)
+    pipe = ap.Pipeline(trainer, spec, state, ap.initial_actor_keys(state.key, 2), 0)
     state = pipe.place_state(state)
     if len(learner) > 1:  # the state really is spread over the mesh
         assert len(state.env.obs.sharding.device_set) == 2, state.env.obs.sharding
@@ -55,7 +55,7 @@ def main(out: str) -> None:
     trainer = Trainer(cfg)
     res = {f"one/{k}": v for k, v in run(trainer, (1,)).items()}
     res.update({f"mesh/{k}": v for k, v in run(trainer, (0, 1)).items()})
-    spec = ap.AsyncSpec(actor_devices=(0,), learner_devices=(0, 1), timeout=120.0)
+    spec = ap.AsyncSpec(actors=2, actor_devices=(0,), learner_devices=(0, 1), timeout=120.0)
     try:
         run_async(cfg, spec, f"{out}/run", stop=lambda: True)  # stops after update 1
     except Interrupted as e:

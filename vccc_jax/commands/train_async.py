@@ -4,6 +4,10 @@
     vccc train --async --env CartPole-v1 --actor-threads 2 --param-mode latest \\
         --actor-devices 0 --learner-devices 1 --out results/async_demo
 
+Across hosts: the same command on every host with ``--coordinator HOST:PORT --num-processes
+P --process-id I`` (or VCCC_* variables, a SLURM / MPI launch); each host runs its actor
+threads, the learner's mesh spans every host's ``--learner-devices``.
+
 On CPU the devices are forced host devices: without ``XLA_FLAGS`` naming a count, ``--async``
 sets ``--xla_force_host_platform_device_count`` to the largest index asked for + 1 (before
 JAX starts). Ctrl-C checkpoints after the update in flight and exits 130; ``--out DIR
@@ -17,17 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["MULTI_HOST", "add_async_flags", "check", "force_host_devices", "single", "spec_of"]
-
-MULTI_HOST = (
-    "--async runs in one process (jax.distributed start: {how}): its actor threads and its "
-    "learner (one device, or a mesh over --learner-devices) use this host's devices only. "
-    "Across hosts it is not built: every process would have to build the same global batch "
-    "from its own actors' rollouts each update (jax.make_array_from_process_local_data), "
-    "gather the versions for the lag metrics and lags.trace, and agree on when to stop or "
-    "fail, or the learner's collectives wait forever. Run one --async process per host, or "
-    "the synchronous sharded trainer across hosts (vccc train --coordinator ... without "
-    "--async)")
+__all__ = ["add_async_flags", "check", "force_host_devices", "single", "spec_of"]
 
 
 def _indices(text: str) -> tuple[int, ...]:
@@ -80,12 +74,6 @@ def check(args, exp) -> None:
         raise ValueError("--devices / --mesh shape the synchronous trainer's mesh; with --async "
                          "the devices are --actor-devices and --learner-devices I,J (a mesh "
                          "over the learner's devices)")
-    from vccc_jax.runs.distributed import plan_start
-
-    how = plan_start(getattr(args, "coordinator", None), getattr(args, "num_processes", None),
-                     getattr(args, "process_id", None))
-    if how is not None:
-        raise ValueError(MULTI_HOST.format(how=how))
     spec_of(args, check_only=True)
 
 
@@ -120,7 +108,7 @@ def single(cfg, out: Path, args, resume: bool, command: list) -> int:
     from vccc_jax.commands.interrupt import EXIT_INTERRUPTED, SigintStops
     from vccc_jax.runs.run_dir import checkpoint_steps
     from vccc_jax.runs.train import Interrupted
-    from vccc_jax.runs.train_async import run_async
+    from vccc_jax.runs.train_async import ProcessStopped, run_async
     from vccc_jax.train.async_pipeline import ActorFailed
 
     every, _ = args.checkpoint_every
@@ -140,9 +128,13 @@ def single(cfg, out: Path, args, resume: bool, command: list) -> int:
         print(f"vccc train: interrupted after update {e.update} of {e.total}; checkpoint "
               f"saved: `--out {out} --resume` continues it", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ActorFailed, TimeoutError) as e:
+    except (ActorFailed, TimeoutError, ProcessStopped) as e:
         print(f"vccc train: {e}; {kept()}", file=sys.stderr)
         return 1
+    from vccc_jax.runs.distributed import is_main
+
+    if not is_main():  # several processes: process 0 writes and prints
+        return 0
     if not args.no_figure:
         from vccc_jax import plotting
 

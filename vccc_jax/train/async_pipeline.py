@@ -284,6 +284,30 @@ class _LearnerMesh:
             trainer.setup, constrain=sh.learner_constrain(mesh, cfg.minibatch_size))
 
 
+def learner_devices(indices) -> list:
+    """The learner's mesh devices: ``indices`` into each process's local devices, process by
+    process (one process: ``jax.local_devices()[i]`` for i in ``indices``)."""
+    by_proc: dict[int, list] = {}
+    for d in jax.devices():
+        by_proc.setdefault(d.process_index, []).append(d)
+    return [by_proc[p][i] for p in sorted(by_proc) for i in indices]
+
+
+def _global(tree, sharding, local: bool):
+    """Global arrays of ``tree`` with ``sharding`` (one, or a matching tree of them) over
+    processes: from this process's env slice (``local``) or from the whole value."""
+    if isinstance(sharding, jax.sharding.Sharding):
+        sharding = jax.tree_util.tree_map(lambda _: sharding, tree)
+
+    def one(x, s):
+        x = np.asarray(x)
+        if local:
+            return jax.make_array_from_process_local_data(s, x)
+        return jax.make_array_from_callback(x.shape, s, lambda idx: x[idx])
+
+    return jax.tree_util.tree_map(one, tree, sharding)
+
+
 def _slice_envs(tree, i: int, n: int):
     def cut(x):
         size = x.shape[0] // n
@@ -305,10 +329,12 @@ class Pipeline:
         if spec.sync_every and cfg.num_steps % spec.sync_every:
             raise ValueError(f"--actor-sync-every {spec.sync_every} must divide num_steps "
                              f"{cfg.num_steps} (the rollout runs in chunks of that many steps)")
-        if cfg.num_envs % spec.actors:
+        self.procs, self.proc = jax.process_count(), jax.process_index()
+        if cfg.num_envs % (spec.actors * self.procs):
             raise ValueError(f"num_envs {cfg.num_envs} must be a multiple of --actor-threads "
-                             f"{spec.actors} (each actor thread runs num_envs / N envs)")
-        devices = jax.devices()
+                             f"{spec.actors} x {self.procs} processes (each actor thread runs "
+                             f"num_envs / (N x processes) envs)")
+        devices = jax.local_devices()
         wanted = max(spec.actor_devices + spec.learner_devices)
         if wanted >= len(devices):
             raise ValueError(f"device {wanted} asked for but JAX sees {len(devices)} "
@@ -322,8 +348,8 @@ class Pipeline:
         values = program_values(trainer.values)
         self._values_on = {d: jax.device_put(values, d) for d in set(self.actor_device)}
         learner_setup, self.layout = trainer.setup, None
-        if len(spec.learner_devices) > 1:
-            self.layout = _LearnerMesh(trainer, state, [devices[i] for i in spec.learner_devices])
+        if len(spec.learner_devices) > 1 or self.procs > 1:
+            self.layout = _LearnerMesh(trainer, state, learner_devices(spec.learner_devices))
             learner_setup = self.layout.setup
         self.values = self._place(values, None)
         if programs is None:  # (rollout, learn) jitted; pass ``pipe.programs`` to share them
@@ -339,9 +365,10 @@ class Pipeline:
         self.stop_event = threading.Event()
         self.errors: list[tuple[str, BaseException]] = []
         self.publish(start, state.actor_params)
+        n, first = spec.actors * self.procs, spec.actors * self.proc  # over all processes
         self.threads = [threading.Thread(
             target=self._actor, name=f"actor-{i}", daemon=True,
-            args=(i, _slice_envs(state.env, i, spec.actors), actor_keys[i]))
+            args=(i, _slice_envs(state.env, first + i, n), actor_keys[first + i]))
             for i in range(spec.actors)]
 
     # -- learner side ----------------------------------------------------------------
@@ -349,18 +376,25 @@ class Pipeline:
         for t in self.threads:
             t.start()
 
-    def _place(self, tree, sharding):
+    def _place(self, tree, sharding, local: bool = False):
         """``tree`` on the learner: its device, or the mesh with ``sharding`` (None:
-        replicated)."""
+        replicated). Several processes: ``tree`` is the same on all (``local`` False) or this
+        process's slice of a global array's env axis (``local``: its actors' rollouts)."""
         if self.layout is None:
             return jax.device_put(tree, self.learner_device)
-        return jax.device_put(tree, self.layout.replicated if sharding is None else sharding)
+        sharding = self.layout.replicated if sharding is None else sharding
+        if self.procs == 1:
+            return jax.device_put(tree, sharding)
+        return _global(tree, sharding, local)
 
     def place_state(self, state):
         """The learner's (unbatched) TrainState on the learner device(s)."""
         return self._place(state, None if self.layout is None else self.layout.state)
 
     def publish(self, version: int, actor_params) -> None:
+        if self.procs > 1:  # this process's replica of the learner's params
+            actor_params = jax.tree_util.tree_map(
+                lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, actor_params)
         on = {d: jax.device_put(actor_params, d) for d in set(self.actor_device)}
         self.channel.publish(version, on)
 
@@ -388,8 +422,8 @@ class Pipeline:
                                            *[it[1] for it in items])
             keys = jnp.stack([it[2] for it in items])
         if self.layout is not None:  # onto the learner's mesh: env axis on "data"
-            traj = self._place(traj, self.layout.traj)
-            carry = self._place(carry, self.layout.envs)
+            traj = self._place(traj, self.layout.traj, local=True)
+            carry = self._place(carry, self.layout.envs, local=True)
         return Batch(traj, carry, keys, dropped, time.monotonic() - t0)
 
     def _raise_failure(self) -> None:
