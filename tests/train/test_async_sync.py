@@ -132,3 +132,26 @@ def test_lag1_with_mid_rollout_sync_is_the_simulators_fixed1_with_switches():
         lag0 = law.sample(jax.random.PRNGKey(0), 4, 2, available=k + 1, step=k)
         replayed = np.stack([np.asarray(switch_lags(lag0, t, every=M)) for t in range(T)])
         np.testing.assert_array_equal(replayed, g["lag"])
+
+
+def test_bounded_with_mid_rollout_sync_under_real_threads():
+    """``bounded:1``, 2 actor threads, queue 2, M = 2 (timing decides the versions, not the
+    assertions): in every rollout each chunk has one version, versions never go back inside
+    a rollout, and the bound holds for every step (it is checked on the oldest, first one)."""
+    trainer = Trainer(TrainConfig(**SMALL, total_timesteps=4 * 8 * 6))
+    state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
+    spec = ap.AsyncSpec(actors=2, queue=2, mode="bounded:1", timeout=120.0, sync_every=2)
+    pipe = ap.Pipeline(trainer, spec, state, ap.initial_actor_keys(state.key, 2), 0)
+    try:
+        pipe.start_threads()
+        for k in range(trainer.num_updates):
+            batch = pipe.next_batch(k)
+            state, _ = pipe.learn(state, batch, k)
+            pipe.publish(k + 1, state.actor_params)
+            version = np.asarray(jax.device_get(batch.traj.version))  # [T, B]
+            chunks = version.reshape(T // 2, 2, 4)
+            np.testing.assert_array_equal(chunks[:, 0], chunks[:, 1])  # one version per chunk
+            assert (np.diff(version, axis=0) >= 0).all()
+            assert 0 <= (k - version).min() and (k - version).max() <= 1
+    finally:
+        assert pipe.close() == []
