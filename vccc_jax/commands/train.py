@@ -404,11 +404,12 @@ def _prepare(argv: list[str]):
         out, mode = None, run_dir.START
     # -- JAX from here on (the checks above are pure Python) ---------------------------
     start_distributed(argv)  # before gymnax is imported
-    args.mesh_obj = mesh_of(args)
     cfg = runs_train.config_from(fields, where)
-    from vccc_jax.train.sharding import check_divisible
+    if not args.async_run:  # (--async: its devices are --actor-devices / --learner-devices)
+        args.mesh_obj = mesh_of(args)
+        from vccc_jax.train.sharding import check_divisible
 
-    check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
+        check_divisible(cfg.num_envs, args.mesh_obj, cfg.num_seeds)
     if args.dry_run:
         return lambda: _dry_run_one(cfg, out, mode)
     # every check passed: only now touch the file system. Process 0 (the writer) locks the

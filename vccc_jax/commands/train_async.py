@@ -4,6 +4,10 @@
     vccc train --async --env CartPole-v1 --actor-threads 2 --param-mode latest \\
         --actor-devices 0 --learner-devices 1 --out results/async_demo
 
+Across hosts: the same command on every host with ``--coordinator HOST:PORT --num-processes
+P --process-id I`` (or VCCC_* variables, a SLURM / MPI launch); each host runs its actor
+threads, the learner's mesh spans every host's ``--learner-devices``.
+
 On CPU the devices are forced host devices: without ``XLA_FLAGS`` naming a count, ``--async``
 sets ``--xla_force_host_platform_device_count`` to the largest index asked for + 1 (before
 JAX starts). Ctrl-C checkpoints after the update in flight and exits 130; ``--out DIR
@@ -47,8 +51,13 @@ def add_async_flags(p) -> None:
                    "bounded:N (the learner drops rollouts older than N; counted) (default lag1)")
     g.add_argument("--actor-devices", default="0", metavar="I,J",
                    help="device indices of the actor threads (default 0)")
-    g.add_argument("--learner-devices", default="0", metavar="I",
-                   help="device index of the learner (default 0)")
+    g.add_argument("--learner-devices", default="0", metavar="I,J",
+                   help="device indices of the learner (default 0); several: the learner's "
+                   "state and batch on a mesh over them (the sharded trainer's layout)")
+    g.add_argument("--actor-sync-every", type=int, default=0, metavar="M",
+                   help="actors take new parameters every M steps inside a rollout (M divides "
+                   "--num-steps; every step keeps its own version; lag1: the chunks after the "
+                   "first wait for the newest version) (default 0: once per rollout)")
     g.add_argument("--queue-timeout", type=float, default=300.0, metavar="S",
                    help="longest wait on any queue or parameter version, seconds (default 300)")
 
@@ -61,6 +70,10 @@ def check(args, exp) -> None:
         raise ValueError("--async runs one configuration; a --config grid is not supported")
     if getattr(args, "critic_free", None):
         raise ValueError("--async trains an actor-critic; --critic-free is not supported")
+    if getattr(args, "devices", None) is not None or getattr(args, "mesh", None):
+        raise ValueError("--devices / --mesh shape the synchronous trainer's mesh; with --async "
+                         "the devices are --actor-devices and --learner-devices I,J (a mesh "
+                         "over the learner's devices)")
     spec_of(args, check_only=True)
 
 
@@ -68,7 +81,8 @@ def spec_of(args, check_only: bool = False):
     """The ``AsyncSpec`` of the flags (``check_only``: validate in pure Python only)."""
     fields = dict(actors=args.actor_threads, queue=args.queue_size, mode=args.param_mode,
                   actor_devices=_indices(args.actor_devices),
-                  learner_devices=_indices(args.learner_devices), timeout=args.queue_timeout)
+                  learner_devices=_indices(args.learner_devices), timeout=args.queue_timeout,
+                  sync_every=args.actor_sync_every)
     if check_only:
         return fields
     from vccc_jax.train.async_pipeline import AsyncSpec
@@ -94,7 +108,7 @@ def single(cfg, out: Path, args, resume: bool, command: list) -> int:
     from vccc_jax.commands.interrupt import EXIT_INTERRUPTED, SigintStops
     from vccc_jax.runs.run_dir import checkpoint_steps
     from vccc_jax.runs.train import Interrupted
-    from vccc_jax.runs.train_async import run_async
+    from vccc_jax.runs.train_async import ProcessStopped, run_async
     from vccc_jax.train.async_pipeline import ActorFailed
 
     every, _ = args.checkpoint_every
@@ -114,9 +128,13 @@ def single(cfg, out: Path, args, resume: bool, command: list) -> int:
         print(f"vccc train: interrupted after update {e.update} of {e.total}; checkpoint "
               f"saved: `--out {out} --resume` continues it", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ActorFailed, TimeoutError) as e:
+    except (ActorFailed, TimeoutError, ProcessStopped) as e:
         print(f"vccc train: {e}; {kept()}", file=sys.stderr)
         return 1
+    from vccc_jax.runs.distributed import is_main
+
+    if not is_main():  # several processes: process 0 writes and prints
+        return 0
     if not args.no_figure:
         from vccc_jax import plotting
 

@@ -216,6 +216,8 @@ def rollout(
     env_discounts: bool = False,
     record_behaviour_log_probs: bool = False,
     head: Any = None,
+    steps: Optional[int] = None,
+    first_step: Any = 0,
 ) -> tuple[EnvCarry, Trajectory]:
     """Run ``num_steps`` steps of every env in ``carry``; returns (new carry, Trajectory).
 
@@ -256,6 +258,10 @@ def rollout(
         ``log_mu_all`` / ``log_pi_all`` / ``log_b_all`` hold, how actions are drawn and what
         the env receives. Default: ``CategoricalHead(temperature, top_k)``; a Gaussian head
         logs [mean, log_std] rows and continuous actions (the pre-squash u).
+      steps, first_step: run only steps ``first_step .. first_step + steps - 1`` (``steps``
+        static, ``first_step`` may be traced) of the ``num_steps``-step rollout, with that
+        rollout's very draws: chunks run one after the other, passing the carry on, equal the
+        whole rollout bit for bit (a real actor's mid-rollout weight updates, issue 48).
 
     Envs whose info has ``"is_action"`` (the token env) get ``Trajectory.is_action``; on a
     non-action (tool) step the behaviour row is replaced by pi_k's (log mu := log pi_k), so
@@ -339,10 +345,12 @@ def rollout(
         )
         return new_state, record
 
-    carry, traj = jax.lax.scan(one_step, carry, step_draws(
-        key, num_steps, num_envs, None if sampler is not None else jax.eval_shape(
-            lambda o: acting.step_logits(apply_fn, actor, lags, o, jnp.int32(0))[0],
-            carry.obs), head))
+    draws = step_draws(key, num_steps, num_envs, None if sampler is not None else jax.eval_shape(
+        lambda o: acting.step_logits(apply_fn, actor, lags, o, jnp.int32(0))[0], carry.obs), head)
+    if steps is not None:  # one chunk of the rollout: its slice of the same draws
+        draws = jax.tree_util.tree_map(
+            lambda x: jax.lax.dynamic_slice_in_dim(x, first_step, steps, 0), draws)
+    carry, traj = jax.lax.scan(one_step, carry, draws)
     newest = acting.newest_after(actor)
     if newest is not None:
         traj = traj.replace(log_pi_all=acting.newest_log_probs(

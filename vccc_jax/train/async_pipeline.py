@@ -20,6 +20,22 @@ Parameter channel modes (``AsyncSpec.mode``):
 * ``bounded:N`` (AReaL's max staleness): actors as ``latest``; the learner DROPS a rollout
   whose lag exceeds N and takes that actor's next one (counted per update: ``dropped``).
 
+Mid-rollout weight updates (``AsyncSpec.sync_every`` = M, M divides T): an actor runs its
+rollout as T / M chunks of M steps (the same jitted rollout, each chunk its slice of the
+rollout's draws: :func:`chunked_rollout`) and takes parameters before every chunk, so each
+step keeps its own version and one rollout may span several (an in-flight update). ``latest``
+/ ``bounded:N``: the newest version before each chunk; ``lag1``: chunk 0 acts with version
+j - 1 as before, every later chunk waits for version j (the simulator's ``fixed:1`` with
+``switch_every`` = M, deterministic). ``bounded:N`` bounds the OLDEST step of a rollout (its
+first chunk's version): a rollout is learned only if every one of its steps is at lag <= N.
+
+The learner on several devices (``AsyncSpec.learner_devices`` I,J,...): its state and batch
+lie on a ``("data", "seed")`` mesh over those devices with the sharded trainer's layout
+(``train.sharding``: env axis and minibatches on "data", params replicated,
+``learner_constrain`` inside the step), the actors' rollouts are placed onto it, and the
+compiler reduces the gradients (one all-reduce per minibatch): the same numbers as one
+learner device up to the reordered sums (float32 rounding).
+
 Random keys: actor i keeps its own key chain (actor 0: the learner state's key; actor i > 0:
 ``fold_in(key, i)``), split per rollout as ``trainer.update`` splits the state's key, so one
 actor thread in ``lag1`` mode draws the very numbers of the simulator's ``fixed:1`` run.
@@ -49,15 +65,17 @@ MODES = ("lag1", "latest", "bounded")
 POLL_S = 0.05  # how often a waiting thread looks at the stop flag
 
 __all__ = ["ActorFailed", "AsyncSpec", "Batch", "MODES", "ParamChannel", "Pipeline",
-           "actor_rollout", "initial_actor_keys", "learn_on", "learner_log_probs"]
+           "actor_rollout", "chunked_rollout", "initial_actor_keys", "learn_on",
+           "learner_log_probs"]
 
 
 @dataclasses.dataclass(frozen=True)
 class AsyncSpec:
     """How the pipeline runs: actor threads, queue size, parameter mode, device indices
     (``jax.devices()``; actor thread i runs on ``actor_devices[i % len]``), the longest any
-    wait may last (seconds) and ``fail_at`` = (actor, rollout): a test hook that makes that
-    actor raise before that rollout (counted from the run's start)."""
+    wait may last (seconds), ``fail_at`` = (actor, rollout): a test hook that makes that
+    actor raise before that rollout (counted from the run's start), and ``sync_every`` = M:
+    actors take new parameters every M steps inside a rollout (0: once per rollout)."""
 
     actors: int = 1
     queue: int = 1
@@ -66,6 +84,7 @@ class AsyncSpec:
     learner_devices: tuple[int, ...] = (0,)
     timeout: float = 300.0
     fail_at: Optional[tuple[int, int]] = None
+    sync_every: int = 0
 
     def __post_init__(self):
         if self.actors < 1 or self.queue < 1:
@@ -78,11 +97,12 @@ class AsyncSpec:
             raise ValueError(f"--param-mode bounded:N needs an integer N >= 0, got {arg!r}")
         if not self.actor_devices or not self.learner_devices:
             raise ValueError("--actor-devices and --learner-devices need at least one device")
-        if len(self.learner_devices) != 1:
-            raise ValueError("--learner-devices: one learner device (a sharded learner over "
-                             "several is not built yet)")
+        if len(set(self.learner_devices)) != len(self.learner_devices):
+            raise ValueError(f"--learner-devices names a device twice: {self.learner_devices}")
         if self.timeout <= 0:
             raise ValueError(f"--queue-timeout must be > 0, got {self.timeout}")
+        if self.sync_every < 0:
+            raise ValueError(f"--actor-sync-every must be >= 0, got {self.sync_every}")
 
     @property
     def kind(self) -> str:
@@ -119,12 +139,36 @@ def initial_actor_keys(key, num_actors: int):
     return jnp.stack([key] + [jax.random.fold_in(key, i) for i in range(1, num_actors)])
 
 
-def actor_rollout(setup, values, params, env_carry, key, version):
+def actor_rollout(setup, values, params, env_carry, key, version, first=0, steps=None):
     """One actor rollout with ``params`` (version ``version``): (carry, trajectory stamped
-    with the version at every step, the next key). Keys split as ``trainer.update`` does."""
+    with the version at every step, the next key). Keys split as ``trainer.update`` does.
+    ``steps`` (static), ``first``: only that chunk of the rollout (its draws unchanged)."""
     key, _, k_roll, _, _ = jax.random.split(key, 5)
-    env_carry, traj = tr.rollout_step(setup, values, params, None, env_carry, k_roll, 0)
+    env_carry, traj = tr.rollout_step(setup, values, params, None, env_carry, k_roll, 0,
+                                      steps=steps, first_step=first)
     return env_carry, traj.replace(version=jnp.full(traj.reward.shape, version, jnp.int32)), key
+
+
+def chunked_rollout(rollout, values, take, carry, key, num_steps: int, every: int):
+    """One actor rollout of ``num_steps`` steps in chunks of ``every`` (0 or ``num_steps``:
+    one call, the whole rollout), taking parameters before each: ``take(c)`` -> (version,
+    params) for chunk c. ``rollout``: the jitted :func:`actor_rollout` (``steps`` static).
+    Returns (carry, [T, B] trajectory, per step the version of its chunk; the next key; the
+    first chunk's version, the rollout's oldest when versions never go back)."""
+    chunks = 1 if every in (0, num_steps) else num_steps // every
+    parts, first = [], None
+    for c in range(chunks):
+        version, params = take(c)
+        first = version if first is None else first
+        if chunks == 1:
+            carry, traj, next_key = rollout(values, params, carry, key, np.int32(version))
+        else:
+            carry, traj, next_key = rollout(values, params, carry, key, np.int32(version),
+                                            np.int32(c * every), steps=every)
+        parts.append(traj)
+    traj = parts[0] if chunks == 1 else jax.tree_util.tree_map(
+        lambda *x: jnp.concatenate(x, 0), *parts)
+    return carry, traj, next_key, first
 
 
 def learner_log_probs(setup, actor_params, traj):
@@ -217,6 +261,53 @@ class Batch(NamedTuple):
     wait_s: float
 
 
+class _LearnerMesh:
+    """The learner over several devices: a (data, 1) mesh, the unbatched TrainState's
+    shardings (``sharding.state_specs``), the rollout's (env axis on "data") and the setup
+    whose ``constrain`` hook is the sharded trainer's (``sharding.learner_constrain``)."""
+
+    def __init__(self, trainer, state, devices):
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from vccc_jax.train import sharding as sh
+
+        cfg = trainer.setup.cfg
+        mesh = sh.make_mesh((len(devices), 1), devices=devices)
+        sh.check_divisible(cfg.num_envs, mesh)
+        specs = sh.state_specs(state, len(devices), seed_axis=False)
+        self.state = jax.tree_util.tree_map(lambda p: NamedSharding(mesh, p), specs,
+                                            is_leaf=lambda x: isinstance(x, P))
+        self.replicated = NamedSharding(mesh, P())
+        self.traj, self.envs = NamedSharding(mesh, P(None, sh.DATA)), NamedSharding(mesh, P(sh.DATA))
+        self.setup = dataclasses.replace(
+            trainer.setup, constrain=sh.learner_constrain(mesh, cfg.minibatch_size))
+
+
+def learner_devices(indices) -> list:
+    """The learner's mesh devices: ``indices`` into each process's local devices, process by
+    process (one process: ``jax.local_devices()[i]`` for i in ``indices``)."""
+    by_proc: dict[int, list] = {}
+    for d in jax.devices():
+        by_proc.setdefault(d.process_index, []).append(d)
+    return [by_proc[p][i] for p in sorted(by_proc) for i in indices]
+
+
+def _global(tree, sharding, local: bool):
+    """Global arrays of ``tree`` with ``sharding`` (one, or a matching tree of them) over
+    processes: from this process's env slice (``local``) or from the whole value."""
+    if isinstance(sharding, jax.sharding.Sharding):
+        sharding = jax.tree_util.tree_map(lambda _: sharding, tree)
+
+    def one(x, s):
+        x = np.asarray(x)
+        if local:
+            return jax.make_array_from_process_local_data(s, x)
+        return jax.make_array_from_callback(x.shape, s, lambda idx: x[idx])
+
+    return jax.tree_util.tree_map(one, tree, sharding)
+
+
 def _slice_envs(tree, i: int, n: int):
     def cut(x):
         size = x.shape[0] // n
@@ -235,24 +326,38 @@ class Pipeline:
     def __init__(self, trainer, spec: AsyncSpec, state, actor_keys, start: int,
                  programs: Optional[tuple] = None):
         cfg = trainer.setup.cfg
-        if cfg.num_envs % spec.actors:
+        if spec.sync_every and cfg.num_steps % spec.sync_every:
+            raise ValueError(f"--actor-sync-every {spec.sync_every} must divide num_steps "
+                             f"{cfg.num_steps} (the rollout runs in chunks of that many steps)")
+        self.procs, self.proc = jax.process_count(), jax.process_index()
+        if cfg.num_envs % (spec.actors * self.procs):
             raise ValueError(f"num_envs {cfg.num_envs} must be a multiple of --actor-threads "
-                             f"{spec.actors} (each actor thread runs num_envs / N envs)")
-        devices = jax.devices()
+                             f"{spec.actors} x {self.procs} processes (each actor thread runs "
+                             f"num_envs / (N x processes) envs)")
+        devices = jax.local_devices()
         wanted = max(spec.actor_devices + spec.learner_devices)
         if wanted >= len(devices):
             raise ValueError(f"device {wanted} asked for but JAX sees {len(devices)} "
                              f"({devices[0].platform}); on CPU set XLA_FLAGS="
                              f"--xla_force_host_platform_device_count={wanted + 1}")
         self.spec, self.start, self.setup = spec, start, trainer.setup
+        self.num_steps = cfg.num_steps
         self.learner_device = devices[spec.learner_devices[0]]
         self.actor_device = [devices[spec.actor_devices[i % len(spec.actor_devices)]]
                              for i in range(spec.actors)]
-        self.values = jax.device_put(program_values(trainer.values), self.learner_device)
-        self._values_on = {d: jax.device_put(self.values, d) for d in set(self.actor_device)}
+        values = program_values(trainer.values)
+        self._values_on = {d: jax.device_put(values, d) for d in set(self.actor_device)}
+        learner_setup, self.layout = trainer.setup, None
+        if len(spec.learner_devices) > 1 or self.procs > 1:
+            self.layout = _LearnerMesh(trainer, state, learner_devices(spec.learner_devices))
+            learner_setup = self.layout.setup
+        self.values = self._place(values, None)
         if programs is None:  # (rollout, learn) jitted; pass ``pipe.programs`` to share them
-            programs = (jax.jit(functools.partial(actor_rollout, trainer.setup)),
-                        jax.jit(functools.partial(learn_on, trainer.setup)))
+            learn = functools.partial(learn_on, learner_setup)
+            programs = (jax.jit(functools.partial(actor_rollout, trainer.setup),
+                                static_argnames=("steps",)),
+                        jax.jit(learn) if self.layout is None else
+                        jax.jit(learn, out_shardings=(self.layout.state, self.layout.replicated)))
         self.programs = programs
         self._rollout, self._learn = programs
         self.channel = ParamChannel(keep=spec.queue + 3)
@@ -260,9 +365,10 @@ class Pipeline:
         self.stop_event = threading.Event()
         self.errors: list[tuple[str, BaseException]] = []
         self.publish(start, state.actor_params)
+        n, first = spec.actors * self.procs, spec.actors * self.proc  # over all processes
         self.threads = [threading.Thread(
             target=self._actor, name=f"actor-{i}", daemon=True,
-            args=(i, _slice_envs(state.env, i, spec.actors), actor_keys[i]))
+            args=(i, _slice_envs(state.env, first + i, n), actor_keys[first + i]))
             for i in range(spec.actors)]
 
     # -- learner side ----------------------------------------------------------------
@@ -270,7 +376,25 @@ class Pipeline:
         for t in self.threads:
             t.start()
 
+    def _place(self, tree, sharding, local: bool = False):
+        """``tree`` on the learner: its device, or the mesh with ``sharding`` (None:
+        replicated). Several processes: ``tree`` is the same on all (``local`` False) or this
+        process's slice of a global array's env axis (``local``: its actors' rollouts)."""
+        if self.layout is None:
+            return jax.device_put(tree, self.learner_device)
+        sharding = self.layout.replicated if sharding is None else sharding
+        if self.procs == 1:
+            return jax.device_put(tree, sharding)
+        return _global(tree, sharding, local)
+
+    def place_state(self, state):
+        """The learner's (unbatched) TrainState on the learner device(s)."""
+        return self._place(state, None if self.layout is None else self.layout.state)
+
     def publish(self, version: int, actor_params) -> None:
+        if self.procs > 1:  # this process's replica of the learner's params
+            actor_params = jax.tree_util.tree_map(
+                lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, actor_params)
         on = {d: jax.device_put(actor_params, d) for d in set(self.actor_device)}
         self.channel.publish(version, on)
 
@@ -297,6 +421,9 @@ class Pipeline:
             carry = jax.tree_util.tree_map(lambda *x: jnp.concatenate(x, 0),
                                            *[it[1] for it in items])
             keys = jnp.stack([it[2] for it in items])
+        if self.layout is not None:  # onto the learner's mesh: env axis on "data"
+            traj = self._place(traj, self.layout.traj, local=True)
+            carry = self._place(carry, self.layout.envs, local=True)
         return Batch(traj, carry, keys, dropped, time.monotonic() - t0)
 
     def _raise_failure(self) -> None:
@@ -329,9 +456,11 @@ class Pipeline:
         return [t.name for t in self.threads if t.is_alive()]
 
     # -- actor side ------------------------------------------------------------------
-    def _params_for(self, i: int, j: int) -> tuple[int, Any]:
+    def _params_for(self, i: int, j: int, c: int = 0) -> tuple[int, Any]:
+        """Actor i's parameters for chunk c of its rollout j (``lag1``: chunk 0 version
+        j - 1, later chunks version j, both waited for; else the newest)."""
         if self.spec.kind == "lag1":
-            version = max(j - 1, self.start)
+            version = max(j - 1, self.start) if c == 0 else j
             on = self.channel.wait_for(version, self.stop_event, self.spec.timeout)
         else:
             version, on = self.channel.newest()
@@ -358,9 +487,10 @@ class Pipeline:
             while not self.stop_event.is_set():
                 if self.spec.fail_at is not None and self.spec.fail_at == (i, j - self.start):
                     raise RuntimeError(f"injected failure before rollout {j}")
-                version, params = self._params_for(i, j)
-                carry, traj, key = self._rollout(self._values_on[device], params, carry, key,
-                                                 np.int32(version))
+                carry, traj, key, version = chunked_rollout(
+                    self._rollout, self._values_on[device],
+                    functools.partial(self._params_for, i, j), carry, key, self.num_steps,
+                    self.spec.sync_every)
                 self._put(i, (version, traj, carry, key))
                 j += 1
         except _Stopped:

@@ -124,10 +124,11 @@ def update(setup: Setup, values: GridValues, state: TrainState, idx: Array
 
 
 def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_carry, key,
-                 idx, k_lag=None):
+                 idx, k_lag=None, steps=None, first_step=0):
     """One rollout; ``acting.acting_actor`` picks how the actor runs (``acting.choose_path``: one
     forward per version, per env from a gather of the ring, or per (chunk, version) pair of
-    the lag-sorted envs when not on a mesh). ``k_lag`` None: every env at lag 0."""
+    the lag-sorted envs when not on a mesh). ``k_lag`` None: every env at lag 0. ``steps``,
+    ``first_step``: one chunk of the rollout (``rollout.rollout``; the async actors)."""
     cfg = setup.cfg
     if versions is not None:
         avail = jnp.minimum(lag_lib.available(versions), setup.num_versions)
@@ -147,7 +148,7 @@ def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_c
         record_states=cfg.gt_every > 0, sampler=setup.sampler,
         env_discounts=setup.env_kind == "token",
         record_behaviour_log_probs=cfg.pi_old_route == "exact" or setup.route_diag,
-        head=setup.head,
+        head=setup.head, steps=steps, first_step=first_step,
     )
 
 
