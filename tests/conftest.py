@@ -32,6 +32,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # (greedy longest-processing-time order). Every other file keeps its place after them.
 HEAVY_FIRST = (
     "tests/train/test_sharding.py",
+    "tests/train/test_async_mesh.py",  # subprocesses on forced host devices
     "tests/verify/test_verify.py",
     "tests/tabular/test_async_ac.py",
     "tests/verify/test_byo.py",
