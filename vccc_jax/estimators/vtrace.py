@@ -293,7 +293,7 @@ def _reverse_loop(lr, d, r, v, bootstrap, trunc, tv, lambda_, thresholds, *, in_
                         v_next, row(trunc, t, col), row(tv, t, col), acc, lambda_, thresholds)
         return (t, col), out
 
-    acc0 = jnp.zeros((bs,), v.dtype)
+    acc0 = jnp.zeros_like(bootstrap[:bs])  # varying like the inputs under shard_map
     if not in_place:
         def body(i, state):
             vs_buf, pg_buf, acc = state
