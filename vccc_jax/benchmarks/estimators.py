@@ -38,9 +38,18 @@ inside a ``jax.enable_x64`` scope). ``--crossover`` times ``vtrace`` (the sequen
 against ``vtrace_associative`` over a (T, B) grid: the measurement behind
 ``vtrace.ASSOCIATIVE_WINS``.
 
+Process settings (docs/scaling.md, "V-trace and GAE on a CPU host"): the header names the
+host allocator (``train.host_malloc.describe``); ``--tuned-malloc`` applies
+``keep_freed_memory`` before JAX starts, so large fresh outputs stop being page-faulted in
+on every call (the default allocator and the tuned one are two runs: the setting holds for a
+whole process). ``--host-devices N`` forces N host CPU devices and adds the rows
+``ours-Ndev`` / ``inpl-Ndev``: the same functions with the batch split over the N devices
+(:func:`shard_batch`, one loop per device on its own thread), in the same round-robin as
+the single-device rows, with their ratio to them.
+
 Run: ``vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--dtypes ...]
-[--crossover]`` (flags and printing live in :mod:`vccc_jax.commands.bench`; this module
-returns rows and strings only).
+[--crossover] [--tuned-malloc] [--host-devices N]`` (flags and printing live in
+:mod:`vccc_jax.commands.bench`; this module returns rows and strings only).
 """
 
 from __future__ import annotations

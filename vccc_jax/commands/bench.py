@@ -2,6 +2,7 @@
 printing of the benchmarks.
 
     vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--ceiling-mib M]
+                          [--tuned-malloc] [--host-devices N]
     vccc bench tabular    [--repeats N] [--min-time S] [--small]
     vccc bench train      [--seeds 1,8] [--envs 4,64,512] [--grid] [--timesteps N] [--repeats N]
                           [--rows a,b] [--out F.jsonl [--resume] [--docs F.md]] [--continuous]
