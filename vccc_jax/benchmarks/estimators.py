@@ -307,13 +307,13 @@ def bench_size(fns, num_t: int, batch: int, reps: int, dtype=np.float32,
         layouts["bm"] = tuple(jnp.asarray(np.ascontiguousarray(np.asarray(a).T))
                               for a in tm_args)
     _check_agreement(fns, tm_args, layouts.get("bm"))
-    for name, (fn, layout, _) in fns.items():
-        if layout.startswith("split:"):  # the batch split over int(layout[6:]) devices
-            layouts.setdefault(layout, tuple(batch_sharding(a, int(layout[6:])) for a in tm_args))
-            # the same loop on each part: bit for bit the single-device result
-            out = fn(*(a.copy() for a in layouts[layout]))
-            np.testing.assert_array_equal(np.asarray(out.vs),
-                                          np.asarray(fns["ours"][0](*tm_args).vs))
+    split = {name: layout for name, (_, layout, _) in fns.items() if layout.startswith("split:")}
+    if split:  # the same loop on each device's columns: bit for bit the one-device result
+        ref = np.asarray(fns["ours"][0](*tm_args).vs)
+    for name, layout in split.items():  # layout "split:N": the batch over N devices
+        layouts.setdefault(layout, tuple(batch_sharding(a, int(layout[6:])) for a in tm_args))
+        out = fns[name][0](*(a.copy() for a in layouts[layout]))
+        np.testing.assert_array_equal(np.asarray(out.vs), ref)
 
     def maker(layout, donates):
         def make():
@@ -419,7 +419,7 @@ def format_table(rows: Sequence[dict], names: Sequence[str], ceiling_mts: float,
     head += ["ours %ceil", "inpl %ceil"]
     if "stream" in names:
         head += ["ours/stream"]
-    split = [n for n in names if n.endswith("dev")]  # ours-Ndev, inpl-Ndev: over 1 device
+    split = [n for n in names if n.endswith("dev")]  # ours-Ndev / inpl-Ndev over one device
     head += [h for n in split for h in (f"{n}/1dev", f"{n} %ceil")]
     lines = []
     for r in rows:
