@@ -255,3 +255,13 @@ def test_estimator_rows_with_their_own_ceiling():
     targets = estimators.format_targets(rows, {"iw-td": 6, "gae": 5, "gae-via-vtrace": 5,
                                                "rlax-gae": 5}, ceiling_bps=1.0).splitlines()
     assert targets[1].split()[3:6] == ["24", "600", "25%"]  # 600e6 * 24 / 57.6e9
+
+
+def test_estimator_rows_split_over_host_devices():
+    """--host-devices 2 adds ours-2dev / inpl-2dev: each over its one-device row and as a
+    fraction of the row's ceiling, after the usual columns."""
+    rows = [dict(EST_ROWS[0], **{"ours-2dev": 1800.0, "inpl-2dev": 2400.0})]
+    names = EST_NAMES + ["ours-2dev", "inpl-2dev"]
+    lines = estimators.format_table(rows, names, ceiling_mts=3000.0).splitlines()
+    assert lines[0].endswith("ours-2dev/1dev  ours-2dev %ceil  inpl-2dev/1dev  inpl-2dev %ceil")
+    assert lines[1].split()[-4:] == ["1.50x", "60%", "1.00x", "80%"]

@@ -2,6 +2,8 @@
 ``vccc bench: <what is wrong>`` with exit status 2. Nothing here measures anything: the
 benchmarks only parse their flags (the work runs in a thunk these tests never call)."""
 
+import os
+
 import pytest
 
 from vccc_jax import cli
@@ -92,3 +94,12 @@ def test_valid_flags_return_the_work_without_running_it():
 
 def test_async_bench_refuses_a_zero_size(capsys):
     _one_line_error(capsys, ["async", "--updates", "0"], "must be >= 1")
+
+
+def test_estimators_host_devices_needs_the_devices(capsys, monkeypatch):
+    """--host-devices N once JAX runs with fewer devices: a one-line error naming the count
+    (XLA_FLAGS is left as the test process has it)."""
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "")
+                       + " --xla_force_host_platform_device_count=1")
+    _one_line_error(capsys, ["estimators", "--host-devices", "64"],
+                    "--host-devices 64: JAX sees")

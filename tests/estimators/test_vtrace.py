@@ -343,6 +343,25 @@ def test_gae_checks_its_arguments():
         vt.gae(p["discounts"], p["rewards"], p["values"], p["bootstrap_value"], lambda_=1.5)
 
 
+def test_shard_map_over_the_batch_gives_the_same_bits():
+    """``shard_map`` with the batch axis split (a one-device mesh here; docs/scaling.md splits
+    it over forced host devices) runs the same loop: vtrace, vtrace_inplace and gae equal
+    the plain call bit for bit, with shard_map's default varying-axis check on."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("b",))
+    tb, b = jax.sharding.PartitionSpec(None, "b"), jax.sharding.PartitionSpec("b")
+    p = as_jax(make_inputs((6, 4), seed=14), jnp.float32)
+    args = [p[k] for k in ("log_rhos", "discounts", "rewards", "values", "bootstrap_value")]
+    want = vt.vtrace(*args)
+    for fn in (vt.vtrace, vt.vtrace_inplace):  # inside jit: no donation, args stay valid
+        got = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=(tb,) * 4 + (b,),
+                                    out_specs=tb))(*args)
+        np.testing.assert_array_equal(got.vs, want.vs)
+        np.testing.assert_array_equal(got.pg_advantages, want.pg_advantages)
+    split_gae = jax.jit(jax.shard_map(vt.gae, mesh=mesh, in_specs=(tb,) * 3 + (b,),
+                                      out_specs=tb))
+    np.testing.assert_array_equal(split_gae(*args[1:]).returns, vt.gae(*args[1:]).returns)
+
+
 def test_scan_method_rule():
     """The associative scan only where the measured rule says so: nowhere on CPU."""
     assert vt.ASSOCIATIVE_WINS["cpu"] is None

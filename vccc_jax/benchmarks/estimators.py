@@ -38,9 +38,18 @@ inside a ``jax.enable_x64`` scope). ``--crossover`` times ``vtrace`` (the sequen
 against ``vtrace_associative`` over a (T, B) grid: the measurement behind
 ``vtrace.ASSOCIATIVE_WINS``.
 
+Process settings (docs/scaling.md, "V-trace and GAE on a CPU host"): the header names the
+host allocator (``train.host_malloc.describe``); ``--tuned-malloc`` applies
+``keep_freed_memory`` before JAX starts, so large fresh outputs stop being page-faulted in
+on every call (the default allocator and the tuned one are two runs: the setting holds for a
+whole process). ``--host-devices N`` forces N host CPU devices and adds the rows
+``ours-Ndev`` / ``inpl-Ndev``: the same functions with the batch split over the N devices
+(:func:`shard_batch`, one loop per device on its own thread), in the same round-robin as
+the single-device rows, with their ratio to them.
+
 Run: ``vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--dtypes ...]
-[--crossover]`` (flags and printing live in :mod:`vccc_jax.commands.bench`; this module
-returns rows and strings only).
+[--crossover] [--tuned-malloc] [--host-devices N]`` (flags and printing live in
+:mod:`vccc_jax.commands.bench`; this module returns rows and strings only).
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ from vccc_jax.estimators.critic_targets import (
     vccc_target,
 )
 from vccc_jax.estimators.vtrace import gae, vtrace, vtrace_associative, vtrace_inplace
+from vccc_jax.train import host_malloc
 
 FULL_SIZES = ((128, 4096), (1024, 4096), (32, 65536), (512, 65536))
 QUICK_SIZES = ((128, 1024), (64, 16384))
@@ -120,8 +130,10 @@ def _stream(log_rhos, discounts, rewards, values, bootstrap):
     return log_rhos * discounts, rewards + values
 
 
-def build_functions(rlax):
-    """name -> (jitted fn, layout, donates). Layout 'tm' = [T, B] inputs, 'bm' = [B, T]."""
+def build_functions(rlax, host_devices: int = 1):
+    """name -> (jitted fn, layout, donates). Layout 'tm' = [T, B] inputs, 'bm' = [B, T],
+    'split:N' = [T, B] with B split over N = ``host_devices`` devices (rows ``ours-Ndev``,
+    ``inpl-Ndev``: :func:`shard_batch` of ``vtrace`` / ``vtrace_inplace``)."""
     fns = {
         "ours": (jax.jit(vtrace), "tm", False),
         # Inside a jit (as in a training step) the arrays are tracers, so the API-boundary
@@ -145,7 +157,29 @@ def build_functions(rlax):
         fns["rlax-BM"] = (rlax_bm, "bm", False)
         fns["rlax-TM"] = (rlax_tm, "tm", False)
     fns["stream"] = (jax.jit(_stream), "tm", False)
+    if host_devices > 1:
+        split = f"split:{host_devices}"
+        fns[f"ours-{host_devices}dev"] = (jax.jit(shard_batch(vtrace, host_devices)), split,
+                                          False)
+        fns[f"inpl-{host_devices}dev"] = (jax.jit(shard_batch(vtrace_inplace, host_devices),
+                                                  donate_argnums=(0, 2)), split, True)
     return fns
+
+
+def shard_batch(fn, host_devices: int):
+    """``fn`` of V-trace's five time-major inputs with the batch axis split over the first
+    ``host_devices`` devices (``shard_map``): one loop per device, each on its own thread.
+    Feed it arrays placed by :func:`batch_sharding` (others are resharded inside the call)."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:host_devices]), ("b",))
+    tb, b = jax.sharding.PartitionSpec(None, "b"), jax.sharding.PartitionSpec("b")
+    return jax.shard_map(fn, mesh=mesh, in_specs=(tb,) * 4 + (b,), out_specs=tb)
+
+
+def batch_sharding(x, host_devices: int):
+    """``x`` ([T, B] or [B]) placed with its batch axis split over ``host_devices`` devices."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:host_devices]), ("b",))
+    spec = jax.sharding.PartitionSpec(*([None] * (x.ndim - 1)), "b")
+    return jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
 
 
 def build_target_functions(rlax):
@@ -268,14 +302,22 @@ def bench_size(fns, num_t: int, batch: int, reps: int, dtype=np.float32,
     """Million transitions/s of every function at one (T, B): ``{name: M/s}``, and with a
     ``ceiling`` its GB/s timed in the same round-robin under ``"ceiling_gbs"``."""
     tm_args = make_inputs(num_t, batch, dtype=dtype)
-    bm_args = None
+    layouts = {"tm": tm_args}
     if any(layout == "bm" for _, layout, _ in fns.values()):
-        bm_args = tuple(jnp.asarray(np.ascontiguousarray(np.asarray(a).T)) for a in tm_args)
-    _check_agreement(fns, tm_args, bm_args)
+        layouts["bm"] = tuple(jnp.asarray(np.ascontiguousarray(np.asarray(a).T))
+                              for a in tm_args)
+    _check_agreement(fns, tm_args, layouts.get("bm"))
+    split = {name: layout for name, (_, layout, _) in fns.items() if layout.startswith("split:")}
+    if split:  # the same loop on each device's columns: bit for bit the one-device result
+        ref = np.asarray(fns["ours"][0](*tm_args).vs)
+    for name, layout in split.items():  # layout "split:N": the batch over N devices
+        layouts.setdefault(layout, tuple(batch_sharding(a, int(layout[6:])) for a in tm_args))
+        out = fns[name][0](*(a.copy() for a in layouts[layout]))
+        np.testing.assert_array_equal(np.asarray(out.vs), ref)
 
     def maker(layout, donates):
         def make():
-            args = bm_args if layout == "bm" else tm_args
+            args = layouts[layout]
             if donates:  # fresh copies of the donated arrays (log_rhos, rewards), made untimed
                 args = (args[0].copy(), args[1], args[2].copy()) + args[3:]
                 jax.block_until_ready(args)
@@ -324,7 +366,8 @@ def header(reps: int, have_rlax: bool) -> str:
     lines = [f"V-trace, GAE and one-step targets, million transitions/s (median of {reps}); "
              f"jax {jax.__version__} on {jax.devices()[0].platform} "
              f"({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
-             f"{os.getloadavg()[0]:.1f} at start)"]
+             f"{os.getloadavg()[0]:.1f} at start)",
+             f"host allocator: {host_malloc.describe()}"]
     if not have_rlax:
         lines.append("rlax is not installed (pip install 'vccc_jax[bench]'): reference columns skipped")
     return "\n".join(lines)
@@ -376,6 +419,8 @@ def format_table(rows: Sequence[dict], names: Sequence[str], ceiling_mts: float,
     head += ["ours %ceil", "inpl %ceil"]
     if "stream" in names:
         head += ["ours/stream"]
+    split = [n for n in names if n.endswith("dev")]  # ours-Ndev / inpl-Ndev over one device
+    head += [h for n in split for h in (f"{n}/1dev", f"{n} %ceil")]
     lines = []
     for r in rows:
         ceil = row_ceiling_mts(r, ceiling_mts, dtype)
@@ -387,6 +432,9 @@ def format_table(rows: Sequence[dict], names: Sequence[str], ceiling_mts: float,
         cells += [f"{100 * r['ours'] / ceil:.0f}%", f"{100 * r['inplace'] / ceil:.0f}%"]
         if "stream" in names:
             cells += [f"{r['ours'] / r['stream']:.2f}"]
+        for n in split:
+            one = r["ours" if n.startswith("ours") else "inplace"]
+            cells += [f"{r[n] / one:.2f}x", f"{100 * r[n] / ceil:.0f}%"]
         lines.append(cells)
     return _aligned(head, lines)
 

@@ -2,6 +2,7 @@
 printing of the benchmarks.
 
     vccc bench estimators [--quick] [--reps N] [--sizes T,B ...] [--ceiling-mib M]
+                          [--tuned-malloc] [--host-devices N]
     vccc bench tabular    [--repeats N] [--min-time S] [--small]
     vccc bench train      [--seeds 1,8] [--envs 4,64,512] [--grid] [--timesteps N] [--repeats N]
                           [--rows a,b] [--out F.jsonl [--resume] [--docs F.md]] [--continuous]
@@ -120,7 +121,25 @@ def estimators_parser() -> Parser:
                    help="V-trace only (skip GAE and the one-step targets)")
     p.add_argument("--crossover", action="store_true",
                    help="also time the loop against the associative scan over a (T, B) grid")
+    p.add_argument("--host-devices", type=_nonnegative_int, default=1, metavar="N",
+                   help="also time vtrace / vtrace_inplace with the batch split over N "
+                        "forced host CPU devices (rows ours-Ndev, inpl-Ndev)")
+    p.add_argument("--tuned-malloc", action="store_true",
+                   help="keep freed host memory (train.host_malloc.keep_freed_memory: one "
+                        "glibc arena, no mmap, no trim) before JAX starts")
     return p
+
+
+def _force_host_devices(n: int) -> None:
+    """XLA_FLAGS for n CPU devices, before JAX starts (a count already there must be >= n)."""
+    import jax
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+    if len(jax.devices()) < n:
+        raise ValueError(f"--host-devices {n}: JAX sees {len(jax.devices())} devices "
+                         f"(XLA_FLAGS={os.environ['XLA_FLAGS']!r})")
 
 
 def estimators(argv: list[str]) -> Callable[[], int]:
@@ -128,12 +147,18 @@ def estimators(argv: list[str]) -> Callable[[], int]:
 
     args = estimators_parser().parse_args(argv)
     sizes, reps, ceiling_mib = b.settings(args.quick, args.reps, args.sizes, args.ceiling_mib)
+    if args.tuned_malloc:
+        from vccc_jax.train.host_malloc import keep_freed_memory
+
+        keep_freed_memory()  # before JAX runs anything; False (unchanged) off glibc
+    if args.host_devices > 1:
+        _force_host_devices(args.host_devices)
 
     dtypes = args.dtypes
 
     def bench() -> int:
         rlax = b.load_rlax()
-        fns = b.build_functions(rlax)
+        fns = b.build_functions(rlax, args.host_devices)
         tfns = None if args.no_targets else b.build_target_functions(rlax)
         names = list(fns)
         _out(b.header(reps, rlax is not None))

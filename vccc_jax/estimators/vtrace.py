@@ -47,7 +47,9 @@ the time goes into the loop's kernels, so the step is written to need few of the
   one block, then the next), so the rows one step touches stay in L1/L2 at large B.
 
 At large sizes the cost is memory: 24 bytes per float32 transition at minimum (4 arrays in,
-2 out), and every fresh output buffer is page-faulted in on every call. The two output
+2 out), and under glibc's defaults every fresh output buffer over ~32 MiB is page-faulted in
+on every call (``vccc_jax.train.host_malloc.keep_freed_memory`` stops that for a whole
+process; docs/scaling.md, "V-trace and GAE on a CPU host"). The two output
 buffers are filled with different constants before the loop (write-only; one shared zero
 buffer was CSE'd and copied, a read + write pass more). Where the time goes on CPU, measured:
 docs/results.md, "Critic targets at memory speed".
@@ -55,6 +57,8 @@ docs/results.md, "Critic targets at memory speed".
 place*: it carries those two buffers and overwrites row t with ``vs_t`` / ``pg_t`` one
 iteration after reading it (a one-step lag, so no kernel reads a row another kernel has
 already overwritten and XLA inserts no copies), so it allocates no output memory at all.
+Under ``jax.shard_map`` with the batch axis split (the loop's carry starts varying like the
+inputs) each device runs the same loop on its columns, bit for bit the same results.
 
 :func:`vtrace_associative` computes the same targets with ``lax.associative_scan`` on the
 linear recurrence ``y_t = x_t + a_t y_{t+1}`` (log-depth, fully parallel passes). With
@@ -293,7 +297,7 @@ def _reverse_loop(lr, d, r, v, bootstrap, trunc, tv, lambda_, thresholds, *, in_
                         v_next, row(trunc, t, col), row(tv, t, col), acc, lambda_, thresholds)
         return (t, col), out
 
-    acc0 = jnp.zeros((bs,), v.dtype)
+    acc0 = jnp.zeros_like(bootstrap[:bs])  # varying like the inputs under shard_map
     if not in_place:
         def body(i, state):
             vs_buf, pg_buf, acc = state
