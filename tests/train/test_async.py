@@ -158,6 +158,21 @@ def test_measured_lags_replay_through_the_trace_law(tmp_path):
     np.testing.assert_allclose(np.asarray(m["lag_mean"])[:, 0], trace.mean(1), rtol=1e-6)
 
 
+def test_the_trace_writes_drops_per_env_and_reads_old_rows():
+    """Per actor slice (2 actors, 4 envs): drop_lags turns a batch's dropped versions into
+    lags at the update; rows without drops are written as before (bare integers), and a
+    checkpoint's rows without ``trace_drops`` (an older run) load with no drops."""
+    assert al.drop_lags(5, ((3,), (2, 4)), 4) == [[2], [2], [3, 1], [3, 1]]
+    assert al.drop_lags(5, (), 2) == [[], []]
+    trace = al.LagTrace([[1, 1, 0, 0]])
+    trace.add(np.array([4, 4, 4, 4]), al.drop_lags(5, ((3,), (2, 4)), 4))
+    assert trace.lines() == ["1 1 0 0", "4/2 4/2 4/3/1 4/3/1"]
+    again = al.LagTrace(trace.rows, trace.drops)
+    assert again.lines() == trace.lines()
+    law = LagLaw.parse("trace:" + " ".join(trace.lines()))
+    assert law.trace == (1, 1, 0, 0, 4, 4, 4, 4) and law.drops[6] == (3, 1)
+
+
 def test_trajectory_lags_span_rollouts():
     """Two envs, two batches: env 0's episode crosses the batches (versions 3 then 5), env 1's
     ends in the first; per-trajectory mean lag, oldest-step lag and the multi-version share."""
