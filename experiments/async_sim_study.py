@@ -12,6 +12,11 @@ MARGIN (CartPole-v1 return units) — equivalent when the whole 90% interval (TO
 inside +-MARGIN, different when the 95% interval excludes 0, else inconclusive.
 
     PYTHONPATH=$PWD python experiments/async_sim_study.py OUT [SEEDS] [UPDATES] [ENV] [MARGIN]
+    PYTHONPATH=$PWD python experiments/async_sim_study.py --drops OUT [SEEDS] [UPDATES]
+
+``--drops`` (:func:`drops_study`): the ``bounded:4`` cell only, each real run against its
+replay without the dropped rollouts (the old trace), its drop-aware replay (``L/d1/d2``
+entries) and ``hist:<the runs' pooled lag counts>`` (i.i.d. draws, 8 other seeds vmapped).
 
 Sets two forced host devices and XLA:CPU intra-op threads off before JAX starts. CPU-heavy
 (about 1-2 min per real run on a loaded 2-core machine).
@@ -20,6 +25,7 @@ Sets two forced host devices and XLA:CPU intra-op threads off before JAX starts.
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
@@ -37,7 +43,8 @@ from vccc_jax.train import async_pipeline as ap  # noqa: E402
 from vccc_jax.train.config import TrainConfig  # noqa: E402
 from vccc_jax.train.trainer import Trainer  # noqa: E402
 
-_ARGS = sys.argv[1:] if sys.argv[1:2] != ["--figure"] else []
+_ARGS = {"--figure": [], "--drops": sys.argv[2:]}.get(sys.argv[1:2][0] if sys.argv[1:] else "",
+                                                     sys.argv[1:])
 UPDATES = int(_ARGS[2]) if len(_ARGS) > 2 else 100
 ENV = _ARGS[3] if len(_ARGS) > 3 else "CartPole-v1"
 # final-return equivalence margin, fixed before running: 25 on CartPole-v1, 50 on Acrobot-v1
@@ -47,7 +54,7 @@ BASE = dict(env=ENV, num_envs=8, num_steps=32, total_timesteps=8 * 32 * UPDATES,
 MODES = (("latest", 2, 2), ("bounded:4", 2, 5))
 
 
-def real_run(cfg, spec, programs=None):
+def real_run(cfg, spec, programs=None, drops=None):
     trainer = Trainer(cfg)
     state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
     pipe = ap.Pipeline(trainer, spec, state, ap.initial_actor_keys(state.key, spec.actors), 0,
@@ -63,6 +70,8 @@ def real_run(cfg, spec, programs=None):
             m, version = jax.device_get((m, batch.traj.version))
             rows.append({n: np.asarray(v) for n, v in m.items()})
             trace.append(k - np.asarray(version)[0])
+            if drops is not None:  # per update, per env: the lags of the rollouts dropped
+                drops.append(al.drop_lags(k, batch.drop_versions, cfg.num_envs))
             dropped += batch.dropped
     finally:
         pipe.close()
@@ -138,6 +147,58 @@ def main(out: Path, seeds: int) -> None:
     (out / "study.json").write_text(json.dumps(record, indent=1))
 
 
+# margins fixed before running --drops: final return +-25 (as above), critic MSE +-150 (the
+# old replay's gap, 220 [74, 367], lies outside it: "closed" = equivalent within +-150)
+DROP_MARGINS = {"final_return": 25.0, "gt_mse": 150.0, "ess": None}
+
+
+def drops_study(out: Path, seeds: int) -> None:
+    """The ``bounded:4`` cell: per seed the real run, its replay without the dropped
+    rollouts (old trace), its drop-aware replay (same seed: paired) and the pooled
+    measured histogram as an i.i.d. law (``hist:``, seeds 1000.. vmapped: Welch)."""
+    out.mkdir(parents=True, exist_ok=True)
+    mode, actors, queue = MODES[1]
+    spec = ap.AsyncSpec(actors=actors, queue=queue, mode=mode, actor_devices=(0,),
+                        learner_devices=(1,), timeout=900.0)
+    arms = {"real": [], "replay_old": [], "replay_drops": []}
+    lags, n_drops, programs, t0 = [], [], None, time.time()
+    record = {"margins": DROP_MARGINS, "base": BASE, "seeds": seeds, "mode": mode,
+              "load_start": os.getloadavg()}
+    for seed in range(seeds):
+        cfg, drops = TrainConfig(**BASE, seed=seed), []
+        rows, trace, dropped, programs = real_run(cfg, spec, programs, drops)
+        col = lambda n: np.array([float(r[n]) for r in rows])  # noqa: E731
+        arms["real"].append(summary(col("return"), col("gt_mse"), col("ess")))
+        lags.append(trace)
+        n_drops.append(dropped)
+        for arm, kept in (("replay_old", None), ("replay_drops", drops)):
+            path = out / f"s{seed}_{arm}.trace"
+            al.LagTrace(trace.tolist(), kept).write(out)
+            (out / al.TRACE_FILE).replace(path)
+            sim = Trainer(dataclasses.replace(cfg, lag=f"trace:@{path}"))
+            _, m = sim.train(sim.init())
+            arms[arm].append(summary(*(np.asarray(m[n])[:, 0]
+                                       for n in ("return", "gt_mse", "ess"))))
+        print(seed, {k: v[-1] for k, v in arms.items()}, "dropped", dropped, flush=True)
+    counts = np.bincount(np.concatenate(lags).reshape(-1))
+    law = "hist:" + ",".join(str(int(c)) for c in counts)
+    par = Trainer(TrainConfig(**BASE, seed=1000, num_seeds=seeds, lag=law))
+    _, m = par.train(par.init())
+    arms["hist"] = [summary(*(np.asarray(m[n])[:, s] for n in ("return", "gt_mse", "ess")))
+                    for s in range(seeds)]
+    a = {k: np.asarray(v) for k, v in arms.items()}
+    record.update({"law": law, "dropped_per_run": n_drops, "minutes": (time.time() - t0) / 60,
+                   **{k: v.tolist() for k, v in a.items()}})
+    for j, name in enumerate(("final_return", "gt_mse", "ess")):
+        margin = DROP_MARGINS[name]
+        for arm in ("replay_old", "replay_drops"):
+            record[f"{name}_vs_{arm}"] = interval(a["real"][:, j] - a[arm][:, j], margin=margin)
+        record[f"{name}_vs_hist"] = interval(a["real"][:, j], paired=False,
+                                             other=a["hist"][:, j], margin=margin)
+    record["load_end"] = os.getloadavg()
+    (out / "drops.json").write_text(json.dumps(record, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if "_vs_" in k}, indent=1), flush=True)
+
 
 def figure(study: Path, png: Path) -> None:
     """Per mode and metric: real, trace replay and parametric law, mean and 95% t-interval
@@ -172,6 +233,8 @@ def figure(study: Path, png: Path) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--figure"]:
         figure(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif sys.argv[1:2] == ["--drops"]:
+        drops_study(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 8)
     else:
         main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/async_sim_study"),
              int(sys.argv[2]) if len(sys.argv) > 2 else 8)

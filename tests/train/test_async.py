@@ -65,6 +65,59 @@ def test_lag1_one_actor_thread_is_the_simulators_fixed1_run(env):
                            sim_state.actor_params, state.actor_params)
 
 
+class _EveryOtherVersion(ap.Pipeline):
+    """Drops on a fixed schedule: rollout j acts with version max(j // 2 - 1, 0), waiting
+    for it, so under ``bounded:1`` the learner drops rollouts 2 and 3 (lag 2) at update 2
+    and one (lag 2) at every later update, whatever the threads' timing."""
+
+    def _params_for(self, i, j):
+        version = max(j // 2 - 1, 0)
+        return version, self.channel.wait_for(version, self.stop_event,
+                                              self.spec.timeout)[self.actor_device[i]]
+
+
+def test_dropped_rollouts_replay_exactly_in_the_simulator(tmp_path):
+    """One actor thread, ``bounded:1``: the trace records every dropped rollout (``L/d1/d2``)
+    and the simulator's ``trace`` law advances the envs through them with the actor's next
+    keys before the learned rollout, so actions, rewards, episodes and returns equal the
+    real run's exactly; floats to 1e-4 as in the lag1 test (its docstring says why)."""
+    cfg = TrainConfig(**SMALL, total_timesteps=4 * 8 * 6, num_versions=3)  # by-lag columns
+    trainer = Trainer(cfg)
+    state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
+    pipe = _EveryOtherVersion(trainer, ap.AsyncSpec(queue=2, mode="bounded:1", timeout=120.0),
+                              state, ap.initial_actor_keys(state.key, 1), 0)
+    got, trace = [], al.LagTrace()
+    try:
+        pipe.start_threads()
+        for k in range(trainer.num_updates):
+            batch = pipe.next_batch(k)
+            state, m = pipe.learn(state, batch, k)
+            pipe.publish(k + 1, state.actor_params)
+            got.append(jax.device_get(m))
+            trace.add(k - np.asarray(batch.traj.version)[0],
+                      al.drop_lags(k, batch.drop_versions, cfg.num_envs))
+            assert batch.drop_versions == [((),), ((),), ((0, 0),), ((1,),), ((2,),), ((3,),)][k]
+    finally:
+        assert pipe.close() == []
+    path = trace.write(tmp_path)
+    assert path.read_text().splitlines()[2] == "1/2/2 1/2/2 1/2/2 1/2/2"
+    law = LagLaw.parse(f"trace:@{path}")
+    assert law.max_lag() == 2 and law.mean(3) == pytest.approx(5 / 6)  # learned lags only
+    sim = Trainer(cfg.replace(lag=f"trace:@{path}", num_versions=3))
+    _, want = sim.train(sim.init())
+    _, old = Trainer(cfg.replace(lag="fixed:1")).train(Trainer(cfg.replace(
+        lag="fixed:1")).init())  # the same learned lags, the drops ignored: not the run
+    assert not np.array_equal(np.asarray(old["return"])[:, 0],
+                              np.stack([g["return"] for g in got]))
+    for name, column in want.items():
+        have = np.stack([np.asarray(g[name]) for g in got])
+        if name in ("return", "episodes", "lag_mean", "count_by_lag", "nonfinite"):
+            np.testing.assert_array_equal(have, np.asarray(column)[:, 0], err_msg=name)
+        else:
+            np.testing.assert_allclose(have, np.asarray(column)[:, 0], rtol=1e-4, atol=1e-6,
+                                       err_msg=name)
+
+
 def test_a_failing_actor_thread_stops_the_run_keeping_rows_and_checkpoint(tmp_path):
     cfg = TrainConfig(**SMALL, total_timesteps=4 * 8 * 20)
     spec = ap.AsyncSpec(fail_at=(0, 3), timeout=120.0)
@@ -103,6 +156,21 @@ def test_measured_lags_replay_through_the_trace_law(tmp_path):
                               lag=f"trace:@{path}", num_versions=K))
     _, m = sim.train(sim.init())
     np.testing.assert_allclose(np.asarray(m["lag_mean"])[:, 0], trace.mean(1), rtol=1e-6)
+
+
+def test_the_trace_writes_drops_per_env_and_reads_old_rows():
+    """Per actor slice (2 actors, 4 envs): drop_lags turns a batch's dropped versions into
+    lags at the update; rows without drops are written as before (bare integers), and a
+    checkpoint's rows without ``trace_drops`` (an older run) load with no drops."""
+    assert al.drop_lags(5, ((3,), (2, 4)), 4) == [[2], [2], [3, 1], [3, 1]]
+    assert al.drop_lags(5, (), 2) == [[], []]
+    trace = al.LagTrace([[1, 1, 0, 0]])
+    trace.add(np.array([4, 4, 4, 4]), al.drop_lags(5, ((3,), (2, 4)), 4))
+    assert trace.lines() == ["1 1 0 0", "4/2 4/2 4/3/1 4/3/1"]
+    again = al.LagTrace(trace.rows, trace.drops)
+    assert again.lines() == trace.lines()
+    law = LagLaw.parse("trace:" + " ".join(trace.lines()))
+    assert law.trace == (1, 1, 0, 0, 4, 4, 4, 4) and law.drops[6] == (3, 1)
 
 
 def test_trajectory_lags_span_rollouts():

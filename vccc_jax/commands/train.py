@@ -196,7 +196,7 @@ def _description(names: bool) -> str:
             f"({', '.join(ENVS)}), tabular:KEY=VALUE,... and token:KEY=VALUE,... envs. "
             f"Critics: {', '.join(sorted(CRITIC_TARGETS))}. Actors: "
             "[centered-]ratio|truncate|mask. Lags: fixed:L uniform:M geometric:m zipf:a "
-            "trace:l0,l1,... trace:@FILE")
+            "hist:w0,w1,... hist:@FILE trace:l0,l1,... trace:@FILE")
 
 
 def build_parser(names: bool = False) -> Parser:

@@ -25,8 +25,9 @@ FIELD_HELP = {
     "num_layers": "hidden layers per MLP",
     "activation": "MLP activation (tanh | relu)",
     "normalize_advantages": "normalise advantages per minibatch",
-    "lag": "policy-lag law: fixed:L, uniform:M, geometric:m, zipf:a, trace:l0,l1,... or "
-           "trace:@FILE (integers separated by commas or whitespace)",
+    "lag": "policy-lag law: fixed:L, uniform:M, geometric:m, zipf:a, hist:w0,w1,... (i.i.d. "
+           "from a histogram; hist:@FILE: a trace's), trace:l0,l1,... or trace:@FILE (integers "
+           "separated by commas or whitespace; L/d1/d2: lag L after dropped rollouts)",
     "num_versions": "ring of policy versions kept, K (none: from the lag law; 1 = synchronous)",
     "switch_every": "switch rollout weights every m steps mid-rollout (0: off)",
     "switch_stride": "versions gained per mid-rollout switch",

@@ -11,8 +11,10 @@ trainer:
   versions actually pushed so far (early in training every worker acts with the oldest
   available version, the initial parameters).
 * :class:`LagLaw` is a frozen spec parsed from strings like ``"fixed:2"``, ``"uniform:4"``,
-  ``"geometric:8"``, ``"zipf:1.5"`` or ``"trace:0,3,1,8"``; ``sample`` draws one lag per
-  environment with ``jax.random``.
+  ``"geometric:8"``, ``"zipf:1.5"``, ``"hist:0.1,0,0.9"`` or ``"trace:0,3,1,8"``; ``sample``
+  draws one lag per environment with ``jax.random``. A trace may also hold the rollouts a
+  real pipeline dropped (``bounded:N``): :meth:`LagLaw.drops_at` gives them to the trainer,
+  which advances those envs through them before the learned rollout.
 * :func:`switch_lags`: optional mid-rollout switches — every ``m`` steps an environment
   receives newer weights, so one trajectory mixes versions (mu_3 -> mu_5 -> mu_8, §3.4).
 * What a lagged rollout acts with (the versions gathered from this ring, four paths chosen per
@@ -36,7 +38,7 @@ from flax import struct
 
 Array = chex.Array
 
-LAG_KINDS = ("fixed", "uniform", "geometric", "zipf", "trace")
+LAG_KINDS = ("fixed", "uniform", "geometric", "zipf", "hist", "trace")
 
 
 # --------------------------------------------------------------------------------------
@@ -54,15 +56,23 @@ class LagLaw:
       geometric:m   P(l) ∝ (m / (1 + m))^l, i.e. a geometric law with untruncated mean m,
                     truncated to {0, ..., K-1} and renormalised.
       zipf:a        heavy tail, P(l) ∝ (l + 1)^(-a), truncated to {0, ..., K-1}.
+      hist:w0,w1..  i.i.d. draws from the histogram P(l) ∝ w_l (weights >= 0, not all 0;
+                    support: the lags with w_l > 0). ``hist:@path`` takes the counts of the
+                    learned lags of a trace file (a run's ``lags.trace``): its measured
+                    distribution without its time order. Mean: sum_l l w_l / sum_l w_l.
       trace:l0,l1.. a replayed trace of lags: env b at update k gets
                     trace[(k * num_envs + b) % len(trace)] (e.g. lags measured in a real
                     asynchronous system). ``trace:@path`` reads whitespace/comma separated
-                    integers from a file.
+                    entries from a file. An entry ``L/d1/d2`` is lag L after two DROPPED
+                    rollouts of that env acting at lags d1 then d2 (at the same update;
+                    ``drops``): see :meth:`drops_at`. Mean and pmf: of the learned lags L.
     """
 
     kind: str = "fixed"
     param: float = 0.0
     trace: tuple[int, ...] = ()
+    drops: tuple[tuple[int, ...], ...] = ()  # trace: per entry, its dropped rollouts' lags
+    weights: tuple[float, ...] = ()  # hist: the (unnormalised) weights of lags 0, 1, ...
 
     def __post_init__(self):
         if self.kind not in LAG_KINDS:
@@ -77,8 +87,17 @@ class LagLaw:
         if self.kind == "trace":
             if not self.trace:
                 raise ValueError("lag trace: the trace must hold at least one lag")
-            if min(self.trace) < 0:
-                raise ValueError(f"lag trace: lags must be >= 0, got {min(self.trace)}")
+            if min(self.trace + sum(self.drops, ())) < 0:
+                raise ValueError(f"lag trace: lags must be >= 0, got "
+                                 f"{min(self.trace + sum(self.drops, ()))}")
+            if self.drops and len(self.drops) != len(self.trace):
+                raise ValueError(f"lag trace: {len(self.drops)} drop lists for "
+                                 f"{len(self.trace)} lags")
+        if self.kind == "hist":
+            if not self.weights or min(self.weights) < 0 or not sum(self.weights) > 0 \
+                    or not all(math.isfinite(w) for w in self.weights):
+                raise ValueError(f"lag hist: weights must be finite, >= 0 and not all 0, got "
+                                 f"{list(self.weights)[:8]}")
 
     # -- parsing / printing ------------------------------------------------------------
     @classmethod
@@ -96,24 +115,18 @@ class LagLaw:
                 ) from None
         kind, _, arg = text.partition(":")
         kind = kind.strip().lower()
-        if kind == "trace":
-            where = "lag trace"
-            if arg.startswith("@"):
-                where = f"lag trace file {arg[1:]}"
-                try:
-                    with open(arg[1:]) as f:
-                        arg = f.read()
-                except OSError as e:
-                    raise ValueError(f"lag {text!r}: cannot read the trace file {arg[1:]} "
-                                     f"({e.strerror or e})") from None
-            values = []
-            for v in arg.replace(",", " ").split():
-                try:
-                    values.append(int(v))
-                except ValueError:
-                    raise ValueError(f"{where}: {v[:20]!r} is not an integer lag (a trace is "
-                                     "integers separated by commas or whitespace)") from None
-            return cls("trace", 0.0, tuple(values))
+        if kind == "trace" or (kind == "hist" and arg.startswith("@")):
+            lags, drops = _trace_entries(text, arg)
+            if kind == "hist":  # the measured histogram of the learned lags, exactly
+                return cls("hist", weights=tuple(float(c) for c in np.bincount(lags)))
+            return cls("trace", 0.0, tuple(lags), tuple(drops) if any(drops) else ())
+        if kind == "hist":
+            try:
+                weights = tuple(float(w) for w in arg.split(","))
+            except ValueError:
+                raise ValueError(f"lag {text!r}: hist weights must be numbers separated by "
+                                 "commas") from None
+            return cls("hist", weights=weights)
         try:
             value = float(arg)
         except ValueError:
@@ -122,7 +135,10 @@ class LagLaw:
 
     def __str__(self) -> str:
         if self.kind == "trace":
-            return "trace:" + ",".join(str(v) for v in self.trace)
+            return "trace:" + ",".join("/".join(map(str, (v,) + d)) for v, d in
+                                       zip(self.trace, self.drops or ((),) * len(self.trace)))
+        if self.kind == "hist":
+            return "hist:" + ",".join(f"{w:g}" for w in self.weights)
         p = int(self.param) if float(self.param).is_integer() else self.param
         return f"{self.kind}:{p}"
 
@@ -131,8 +147,10 @@ class LagLaw:
         """Largest lag the law can produce (None: unbounded, truncated at K-1)."""
         if self.kind in ("fixed", "uniform"):
             return int(self.param)
-        if self.kind == "trace":
-            return max(self.trace)
+        if self.kind == "trace":  # the ring must hold the dropped rollouts' versions too
+            return max(self.trace + sum(self.drops, ()))
+        if self.kind == "hist":
+            return max(i for i, w in enumerate(self.weights) if w > 0)
         if self.kind == "geometric" and self.param == 0:
             return 0
         return None
@@ -177,6 +195,9 @@ class LagLaw:
                 p = (self.param / (1.0 + self.param)) ** k
         elif self.kind == "zipf":
             p = (k + 1.0) ** (-self.param)
+        elif self.kind == "hist":
+            w = np.asarray(self.weights[:num_versions], np.float64)
+            p = np.pad(w, (0, num_versions - w.size))
         else:
             p = np.bincount(np.asarray(self.trace), minlength=num_versions).astype(np.float64)
         return p / p.sum()
@@ -216,12 +237,72 @@ class LagLaw:
             lags = sample_from_logits(key, jnp.asarray(self.logits(num_versions)), num_envs)
         return cap_lags(lags, available)
 
+    def drop_tables(self, num_envs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A trace's dropped rollouts as host tables over its R = len / num_envs updates:
+        lags int32 [R, M, B] (M: the most drops of any entry; padded with 0), counts int32
+        [R, B] and ``before`` int32 [R + 1]: the rollouts dropped before each update, counted
+        per update as the most drops of any env (``before[R]``: one pass of the trace)."""
+        if self.kind != "trace" or not self.drops:
+            raise ValueError(f"lag {self}: no dropped rollouts recorded")
+        if len(self.trace) % num_envs:
+            raise ValueError(f"lag trace with dropped rollouts: {len(self.trace)} entries are "
+                             f"not whole updates of num_envs={num_envs}")
+        rows = len(self.trace) // num_envs
+        most = max(len(d) for d in self.drops)
+        lags = np.zeros((rows, most, num_envs), np.int32)
+        counts = np.zeros((rows, num_envs), np.int32)
+        for i, d in enumerate(self.drops):
+            lags[i // num_envs, :len(d), i % num_envs] = d
+            counts[i // num_envs, i % num_envs] = len(d)
+        before = np.concatenate([[0], np.cumsum(counts.max(1))]).astype(np.int32)
+        return lags, counts, before
+
+    def drops_at(self, step: Array, num_envs: int) -> tuple[Array, Array, Array]:
+        """The rollouts the replayed run dropped before the one it learned at update ``step``
+        (traced; the trace wraps around like :meth:`sample`): (lags int32 [M, B]: env b's
+        i-th dropped rollout acted at lag ``lags[i, b]`` of this update, valid for
+        i < counts[b]; counts int32 [B]; offset int32 []: rollouts dropped before this
+        update, see :meth:`drop_tables`). The trainer's rollout key of a dropped or learned
+        rollout is that many rollouts further along the key chain (``train.trainer``)."""
+        lags, counts, before = self.drop_tables(num_envs)
+        step = jnp.asarray(step, jnp.int32)
+        row = step % lags.shape[0]
+        offset = (step // lags.shape[0]) * before[-1] + jnp.asarray(before)[row]
+        return jnp.asarray(lags)[row], jnp.asarray(counts)[row], offset
+
     def logits(self, num_versions: int) -> np.ndarray:
         """log pmf (float32 [K], -inf off the support): what :func:`sample_from_logits` draws
         from. A traced input of the trainer's program (``train.programs.GridValues``), so
         runs that differ only in the law's parameter share one compiled program."""
         pmf = self.pmf(num_versions)
         return np.where(pmf > 0, np.log(np.maximum(pmf, 1e-300)), -np.inf).astype(np.float32)
+
+
+def _trace_entries(text: str, arg: str) -> tuple[list[int], list[tuple[int, ...]]]:
+    """(learned lags, per-entry dropped lags) of a trace's entries ``L`` / ``L/d1/d2`` in
+    ``arg`` (or in the file ``arg[1:]`` when it starts with ``@``)."""
+    where = "lag trace"
+    if arg.startswith("@"):
+        where = f"lag trace file {arg[1:]}"
+        try:
+            with open(arg[1:]) as f:
+                arg = f.read()
+        except OSError as e:
+            raise ValueError(f"lag {text!r}: cannot read the trace file {arg[1:]} "
+                             f"({e.strerror or e})") from None
+    lags, drops = [], []
+    for v in arg.replace(",", " ").split():
+        try:
+            entry = [int(x) for x in v.split("/")]
+        except ValueError:
+            raise ValueError(f"{where}: {v[:20]!r} is not an integer lag (a trace is integers "
+                             "separated by commas or whitespace; L/d1/d2: lag L after dropped "
+                             "rollouts at lags d1, d2)") from None
+        if min(entry) < 0:
+            raise ValueError(f"{where}: lags must be >= 0, got {v[:20]!r}")
+        lags.append(entry[0])
+        drops.append(tuple(entry[1:]))
+    return lags, drops
 
 
 def sample_from_logits(key: Array, logits: Array, num_envs: int) -> Array:

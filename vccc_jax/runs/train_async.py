@@ -5,8 +5,9 @@
 trainer's columns and the measured lag of ``train.async_lag``: version_diff_min / avg / max,
 lag_hist<j>, traj_staleness_*, traj_lag_hist<j>, traj_multi_version_frac, lag_len_corr,
 lag_value_corr; ``dropped`` rollouts under ``bounded:N``; ``learner_wait_s``), ``summary.json``,
-``checkpoint/`` and ``lags.trace`` (the measured per-(update, env) lags the simulator's
-``trace`` law replays: ``--lag trace:@<run>/lags.trace``).
+``checkpoint/`` and ``lags.trace`` (the measured per-(update, env) lags, and the lags of the
+rollouts ``bounded:N`` dropped, that the simulator's ``trace`` law replays: ``--lag
+trace:@<run>/lags.trace``).
 
 Several processes (``jax.distributed``, e.g. ``--coordinator``): every process runs its own
 actor threads on its own devices (``--actor-devices`` / ``--learner-devices`` index each
@@ -157,14 +158,14 @@ def _loop(cfg, spec, out, mngr, *, checkpoint_every, resume, stop, command, trac
         if meta.get("config") != cfg.to_dict() or meta.get("async") != spec.to_dict():
             raise ValueError(f"--resume: {out / 'checkpoint'} was written by a different "
                              "config or --async setting")
-        rows, trace = list(meta["rows"]), al.LagTrace(meta["trace"])
+        rows, trace = list(meta["rows"]), al.LagTrace(meta["trace"], meta.get("trace_drops"))
         trajs.load(meta["traj_lags"])
     if main:
         _write_config(cfg, spec, out, start, trainer, command)
 
     def save(update: int, tree_) -> None:
         meta = checkpoint_meta(cfg, update, rows, 1) | {
-            "async": spec.to_dict(), "trace": trace.rows, "traj_lags": trajs.state()}
+            "async": spec.to_dict(), "trace": trace.rows, "trace_drops": trace.drops, "traj_lags": trajs.state()}
         if ck.latest_step(mngr) != update:
             ck.save(mngr, update, tree_, meta, force=True)
         if main:
@@ -188,7 +189,7 @@ def _loop(cfg, spec, out, mngr, *, checkpoint_every, resume, stop, command, trac
             row.update(al.transition_metrics(lag))
             row.update(trajs.update(np.asarray(version), lag, np.asarray(done)))
             row.update(dropped=batch.dropped, learner_wait_s=batch.wait_s)
-            trace.add(lag[0])
+            trace.add(lag[0], al.drop_lags(update, batch.drop_versions, cfg.num_envs))
             rows.append(row)
             log_rows(tracker, [row])
             update += 1

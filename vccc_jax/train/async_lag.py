@@ -14,7 +14,9 @@ parameters its actor held); the learner at version k sees lag ``k - version``. P
   episodes over-represented?); NaN where undefined (no trajectory, constant lags).
 
 :class:`LagTrace` keeps the per-(update, env) lags in the order the simulator's ``trace`` law
-(``envs.lag.LagLaw``) reads them: env b at update k gets ``trace[k * num_envs + b]``.
+(``envs.lag.LagLaw``) reads them: env b at update k gets ``trace[k * num_envs + b]``, written
+``L/d1/d2`` when the learner dropped rollouts of that env acting at lags d1, d2 (``bounded:N``)
+before the one it learned at lag L.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import numpy as np
 HIST_BINS = 8
 TRACE_FILE = "lags.trace"
 
-__all__ = ["HIST_BINS", "LagTrace", "TRACE_FILE", "TrajectoryLags", "histogram", "pearson",
-           "transition_metrics"]
+__all__ = ["HIST_BINS", "LagTrace", "TRACE_FILE", "TrajectoryLags", "drop_lags", "histogram",
+           "pearson", "transition_metrics"]
 
 
 def histogram(lags: np.ndarray, bins: int = HIST_BINS) -> np.ndarray:
@@ -110,17 +112,39 @@ class TrajectoryLags:
 class LagTrace:
     """The measured per-(update, env) lags at the start of each rollout, one line per update,
     written as ``<run>/lags.trace``: ``--lag trace:@<run>/lags.trace`` replays them in the
-    simulator with the same ``num_envs`` (env b at update k: entry k * num_envs + b)."""
+    simulator with the same ``num_envs`` (env b at update k: entry k * num_envs + b). Where
+    the learner dropped rollouts of env b before the learned one, the entry is ``L/d1/d2``:
+    the lags (at update k: k - version) of the dropped rollouts, oldest first; the simulator
+    advances env b through them before the learned rollout (``train.trainer.replay_drops``).
+    ``drops``: per row, per env, those lags (None: nothing dropped yet, an old trace)."""
 
-    def __init__(self, rows: list | None = None):
+    def __init__(self, rows: list | None = None, drops: list | None = None):
         self.rows = [list(map(int, r)) for r in (rows or [])]
+        self.drops = ([[list(map(int, d)) for d in r] for r in drops] if drops else
+                      [[[] for _ in r] for r in self.rows])
 
-    def add(self, lags_per_env: np.ndarray) -> None:
-        self.rows.append([int(x) for x in np.asarray(lags_per_env).reshape(-1)])
+    def add(self, lags_per_env: np.ndarray, drops_per_env: list | None = None) -> None:
+        row = [int(x) for x in np.asarray(lags_per_env).reshape(-1)]
+        self.rows.append(row)
+        self.drops.append([list(map(int, d)) for d in drops_per_env] if drops_per_env
+                          else [[] for _ in row])
+
+    def lines(self) -> list[str]:
+        return [" ".join("/".join(map(str, [lag] + d)) for lag, d in zip(r, ds))
+                for r, ds in zip(self.rows, self.drops)]
 
     def write(self, out: Path) -> Path:
         path = Path(out) / TRACE_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(" ".join(map(str, r)) + "\n" for r in self.rows))
+        tmp.write_text("".join(line + "\n" for line in self.lines()))
         tmp.replace(path)
         return path
+
+
+def drop_lags(update: int, drop_versions: tuple, num_envs: int) -> list[list[int]]:
+    """Per env, the lags at ``update`` of the rollouts dropped before the learned one, from a
+    batch's per-actor ``drop_versions`` (env slices in actor order)."""
+    if not drop_versions:
+        return [[] for _ in range(num_envs)]
+    per = num_envs // len(drop_versions)
+    return [[update - v for v in drop_versions[b // per]] for b in range(num_envs)]

@@ -252,13 +252,15 @@ class ParamChannel:
 
 class Batch(NamedTuple):
     """What the learner takes for one update: the [T, B] trajectory and the env carries
-    after it, the actors' next keys [N, 2], rollouts dropped (``bounded``), seconds waited."""
+    after it, the actors' next keys [N, 2], rollouts dropped (``bounded``), seconds waited
+    and, per actor, the versions its dropped rollouts acted with (oldest first)."""
 
     traj: Any
     env_carry: Any
     actor_keys: Any
     dropped: int
     wait_s: float
+    drop_versions: tuple = ()
 
 
 class _LearnerMesh:
@@ -403,12 +405,13 @@ class Pipeline:
                            jnp.asarray(idx, jnp.int32))
 
     def next_batch(self, update: int) -> Batch:
-        t0, dropped, items = time.monotonic(), 0, []
+        t0, dropped, items = time.monotonic(), [], []
         for i in range(self.spec.actors):
+            dropped.append([])
             while True:
                 version, traj, carry, key = self._get(i)
                 if self.spec.bound is not None and update - version > self.spec.bound:
-                    dropped += 1
+                    dropped[-1].append(int(version))
                     continue
                 break
             items.append(jax.device_put((traj, carry, key), self.learner_device))
@@ -424,7 +427,8 @@ class Pipeline:
         if self.layout is not None:  # onto the learner's mesh: env axis on "data"
             traj = self._place(traj, self.layout.traj, local=True)
             carry = self._place(carry, self.layout.envs, local=True)
-        return Batch(traj, carry, keys, dropped, time.monotonic() - t0)
+        return Batch(traj, carry, keys, sum(map(len, dropped)), time.monotonic() - t0,
+                     tuple(tuple(d) for d in dropped))
 
     def _raise_failure(self) -> None:
         if self.errors:

@@ -34,7 +34,7 @@ __all__ = ["GridValues", "ProgramCache", "abstract_values", "grid_values", "prog
            "program_values"]
 
 _LAG_PLACEHOLDER = {"fixed": "fixed:0", "uniform": "uniform:0", "geometric": "geometric:1",
-                    "zipf": "zipf:1"}
+                    "zipf": "zipf:1", "hist": "hist:1"}
 
 
 def clip_is_traced(cfg: TrainConfig) -> bool:
@@ -48,7 +48,7 @@ class GridValues:
     (:func:`grid_values`) or the compiled program's argument (:func:`program_values`:
     float32 / int32 scalars, the lag law's log pmf [K]). ``clip`` is None when static (critic ``brace``: read
     ``config.clip``); ``lag`` is set for ``fixed:L`` laws, ``lag_logits`` for ``uniform`` /
-    ``geometric`` / ``zipf``, neither for ``trace`` laws (static)."""
+    ``geometric`` / ``zipf`` / ``hist``, neither for ``trace`` laws (static)."""
 
     actor_lr: Array
     critic_lr: Array
@@ -67,7 +67,7 @@ def program_key(cfg: TrainConfig) -> TrainConfig:
 
     Grid values: ``actor_lr``, ``critic_lr``, ``baseline_lr``, ``actor_clip``, ``clip`` (static
     for ``brace``, whose estimator needs a Python number), the lag law's parameter (``fixed`` /
-    ``uniform`` / ``geometric`` / ``zipf``; K = ``resolved_num_versions`` stays static, so lag
+    ``uniform`` / ``geometric`` / ``zipf`` / ``hist``; K = ``resolved_num_versions`` stays static, so lag
     cells share a program when they share K), the resolved ``ewma_decay`` and ``seed`` (it only
     makes the initial keys). Static: everything else, ``ppo_epsilon`` and ``rho_bar`` /
     ``c_bar`` included (``estimators.actor.policy_loss`` and ``vtrace`` validate them as Python

@@ -70,7 +70,7 @@ from vccc_jax.train.setup import Setup, make_setup
 Array = chex.Array
 
 __all__ = ["TrainConfig", "TrainState", "Trainer", "compile_programs", "init_state",
-           "rollout_step", "train", "train_scan", "update"]
+           "replay_drops", "rollout_step", "train", "train_scan", "update"]
 
 
 @struct.dataclass
@@ -102,9 +102,12 @@ def update(setup: Setup, values: GridValues, state: TrainState, idx: Array
            ) -> tuple[TrainState, dict]:
     """One rollout + learning phase for one seed. ``idx`` is the (unbatched) update index."""
     key, k_lag, k_roll, k_perm, k_gt = jax.random.split(state.key, 5)
+    env = state.env
+    if setup.law.drops:  # static: a trace of a real run that dropped rollouts
+        env, k_roll = replay_drops(setup, values, state, idx)
     # 1. rollout with stale versions (+ replayed rollouts: the learner's batch ltraj)
     env_carry, traj = rollout_step(setup, values, state.actor_params, state.versions,
-                                   state.env, k_roll, idx, k_lag)
+                                   env, k_roll, idx, k_lag)
     traj = setup.constrain("traj", traj)
     ltraj, valid = with_replay(setup, state, traj)
     # 2. prepare: Vbar, ratios, critic targets, advantages, pi_old, the learner batch
@@ -124,16 +127,18 @@ def update(setup: Setup, values: GridValues, state: TrainState, idx: Array
 
 
 def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_carry, key,
-                 idx, k_lag=None, steps=None, first_step=0):
+                 idx, k_lag=None, lags=None, steps=None, first_step=0):
     """One rollout; ``acting.acting_actor`` picks how the actor runs (``acting.choose_path``: one
     forward per version, per env from a gather of the ring, or per (chunk, version) pair of
-    the lag-sorted envs when not on a mesh). ``k_lag`` None: every env at lag 0. ``steps``,
+    the lag-sorted envs when not on a mesh). ``k_lag`` None: every env at lag 0; ``lags``
+    [B]: these lags instead of the law's (a replayed dropped rollout). ``steps``,
     ``first_step``: one chunk of the rollout (``rollout.rollout``; the async actors)."""
     cfg = setup.cfg
     if versions is not None:
         avail = jnp.minimum(lag_lib.available(versions), setup.num_versions)
-        lags = (jnp.zeros((cfg.num_envs,), jnp.int32) if k_lag is None else
-                sample_lags(setup, values, k_lag, avail, idx))
+        if lags is None:
+            lags = (jnp.zeros((cfg.num_envs,), jnp.int32) if k_lag is None else
+                    sample_lags(setup, values, k_lag, avail, idx))
         common = setup.law.kind == "fixed" and cfg.switch_every <= 0  # one lag for all envs
         actor_for_rollout = acting.acting_actor(
             setup.constrain("rollout_actor", versions), lags, num_lags=setup.num_versions,
@@ -150,6 +155,34 @@ def rollout_step(setup: Setup, values: GridValues, actor_params, versions, env_c
         record_behaviour_log_probs=cfg.pi_old_route == "exact" or setup.route_diag,
         head=setup.head, steps=steps, first_step=first_step,
     )
+
+
+def replay_drops(setup: Setup, values: GridValues, state: TrainState, idx) -> tuple[Any, Array]:
+    """The rollouts a replayed run dropped before update ``idx``'s learned one (a ``trace``
+    law with drops, ``LagLaw.drops_at``): env b advances through its ``counts[b]`` dropped
+    rollouts, acting at the recorded lags (masked per env; their transitions and episode
+    statistics discarded, as the learner of ``train.async_pipeline`` never sees them; the
+    running episode return and length carry on). Every rollout, dropped or learned, takes
+    the next key of the actor's chain (``key -> split(key, 5)[0]``, ``async_pipeline``'s
+    ``actor_rollout``): the chain is ``offset`` rollouts ahead of the learner's state key.
+    Returns (the env carries, the learned rollout's key)."""
+    lags, counts, offset = setup.law.drops_at(idx, setup.cfg.num_envs)
+    chain = jax.lax.fori_loop(0, offset, lambda _, k: jax.random.split(k, 5)[0], state.key)
+
+    def body(carry):
+        i, env, key = carry
+        key, _, k_roll, _, _ = jax.random.split(key, 5)
+        moved, _ = rollout_step(setup, values, state.actor_params, state.versions, env, k_roll,
+                                idx, lags=lags[i])
+        keep = i < counts
+        env = jax.tree_util.tree_map(
+            lambda new, old: jnp.where(keep.reshape(keep.shape + (1,) * (new.ndim - 1)), new,
+                                       old), moved, env)
+        return i + 1, env, key
+
+    _, env, chain = jax.lax.while_loop(lambda c: c[0] < jnp.max(counts), body,
+                                       (jnp.zeros((), jnp.int32), state.env, chain))
+    return env, jax.random.split(chain, 5)[2]
 
 
 def sample_lags(setup: Setup, values: GridValues, key, avail, idx) -> Array:
