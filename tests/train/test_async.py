@@ -70,7 +70,7 @@ class _EveryOtherVersion(ap.Pipeline):
     for it, so under ``bounded:1`` the learner drops rollouts 2 and 3 (lag 2) at update 2
     and one (lag 2) at every later update, whatever the threads' timing."""
 
-    def _params_for(self, i, j):
+    def _params_for(self, i, j, c=0):
         version = max(j // 2 - 1, 0)
         return version, self.channel.wait_for(version, self.stop_event,
                                               self.spec.timeout)[self.actor_device[i]]
