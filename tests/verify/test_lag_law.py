@@ -123,3 +123,15 @@ def test_law_header_names_mean_support_and_truncation():
     assert "mean lag 3.61, support 0..16 (17 lags); truncated at K = 17" in g.describe()
     t = lags.parse_law("trace:1,4,4")
     assert t.lags == (1, 4) and t.probs == (1 / 3, 2 / 3) and "no truncation" in t.describe()
+
+
+def test_a_law_run_rewrites_only_the_law_section_of_the_out_file():
+    from vccc_jax.verify.field_audit import LAW_SECTION, merged
+
+    fixed = "# Field audit: fixed\n\n| row |\n\n## Group\n\n| g |\n"
+    law = "# Field audit: under geometric:4\n\n| law row |\n\n## Group\n\n| law g |\n"
+    both = merged(fixed, law, True)
+    assert both == fixed.rstrip("\n") + f"\n\n{LAW_SECTION} -- under geometric:4\n\n| law row |\n\n### Group\n\n| law g |\n"
+    assert merged(both, fixed.replace("row", "new row"), False) == both.replace("| row |", "| new row |")
+    assert merged(both, law.replace("law row", "trace row"), True) == both.replace("law row", "trace row")
+    assert merged("", law, True).startswith(LAW_SECTION)

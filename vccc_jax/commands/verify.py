@@ -240,9 +240,11 @@ def _field_audit(args) -> int:
     text = field_audit.markdown(audits, cross, quick=args.quick, cmd=cmd, seconds=seconds, load=load, kl=kl,
                                 unchecked=unchecked, options=options, group_lines=group_lines, law=law)
     print(text)
-    if args.out:
+    if args.out:  # a law's table replaces only the file's law section (field_audit.merged)
+        with open(args.out) as f:
+            old = f.read()
         with open(args.out, "w") as f:
-            f.write(text)
+            f.write(field_audit.merged(old, text, law is not None))
     return 0
 
 

@@ -380,6 +380,21 @@ def markdown(audits: Sequence[Audit], cross: Sequence[CrossRow], *, quick: bool,
     return "\n".join(lines) + "\n"
 
 
+LAW_SECTION = "## Under your lag law"
+
+
+def merged(old: str, text: str, law: bool) -> str:
+    """The ``--out`` file after a run: a ``--lag-law`` run's table (``law``) replaces the section
+    :data:`LAW_SECTION` at the end of ``old`` (its headings one level down), a fixed-lag run's
+    replaces everything before that section -- so ``make audit`` and a law run each rewrite only
+    their own part of docs/field_audit.md."""
+    head, sep, tail = old.partition(LAW_SECTION)
+    if not law:
+        return text + ("\n" + sep + tail if sep else "")
+    body = text.replace("\n## ", "\n### ").replace("# Field audit: ", LAW_SECTION + " -- ", 1)
+    return (head.rstrip("\n") + "\n\n" if head.strip() else "") + body
+
+
 def adapters_of(libraries: Sequence[str]) -> list[Adapter]:
     """The registered adapters of ``libraries`` (in registry order)."""
     return [a for a in registry().values() if a.library in libraries]
