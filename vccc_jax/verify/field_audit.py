@@ -318,7 +318,11 @@ def markdown(audits: Sequence[Audit], cross: Sequence[CrossRow], *, quick: bool,
              f" Under {law.describe()}: each sample's version is drawn from the law and carries its own behaviour "
              "log-prob, so each expectation is the P(L)-weighted sum of the per-version expectations (actors: the "
              "expected update; critic targets: E[vs_t | prefix] and the fixed point of the law's expected target; "
-             "a clipped claim: the fixed point of the law's claimed operator, `verify/user_sequence_law.py`).")
+             "a clipped claim: the fixed point of the law's claimed operator, `verify/user_sequence_law.py`). "
+             "With more than one version a clipped V-trace claim cannot hold after every prefix: the n-step "
+             "V-trace operators of one version share the fixed point V^pitilde, their mixtures over versions do "
+             "not, so the cell shows the gap between the law's T-step fixed point and its (T - t)-step targets. "
+             "The law's KL is sum_L P(L) KL(pi || mu_L).")
     lines = [
         f"# Field audit: other libraries' estimators, unchanged, {title}",
         "",
