@@ -98,7 +98,7 @@ def mean_user(rewards, lengths, greedy):
 def test_target_group_estimator_under_a_lag_law_through_the_cli(capsys):
     """--target FILE:fn with a (rewards, lengths, greedy) signature is the group contract (kind
     inferred); --lag-law geometric:4 mixes the versions: RLOO passes (exit 0), the mean
-    baseline fails its claim (exit 1, 0.75 x Eq 12 named); --lag-law on an MDP target and a bad
+    baseline fails its claim (exit 1, 0.75 x Eq 12 named); --lag-law on a one-step target and a bad
     law are one line, exit 2."""
     here = __file__
     assert cmd.main(["--target", f"{here}:rloo_user", "--lag-law", "geometric:4"]) == 0
@@ -108,7 +108,7 @@ def test_target_group_estimator_under_a_lag_law_through_the_cli(capsys):
     assert "E[update] = 0.75 x Eq 12" in capsys.readouterr().out
     assert cmd.main(["--target", "vccc_jax.estimators:vccc_target", "--lag-law", "geometric:4"]) == 2
     err = capsys.readouterr().err
-    assert "applies to group" in err and len(err.strip().splitlines()) == 1
+    assert "a one-step target takes one lag" in err and len(err.strip().splitlines()) == 1
     assert cmd.main(["--target", f"{here}:rloo_user", "--lag-law", "geometric:-1"]) == 2
     assert "--lag-law" in capsys.readouterr().err
 

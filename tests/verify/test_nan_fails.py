@@ -8,6 +8,7 @@ skip it). Every row of every section must fail, and none may print "pass" with a
 """
 
 import importlib
+import types
 
 import jax
 import jax.numpy as jnp
@@ -102,3 +103,35 @@ def test_worst_and_failing_keep_nan_and_inf():
     assert report.worst() == 0.0
     np.testing.assert_array_equal(report.failing([0.0, 2.0, np.nan, np.inf, -np.inf], 1.0),
                                   [False, True, True, True, False])
+
+
+def _law_actor(log_rhos, advantages):
+    return jnp.exp(log_rhos)
+
+
+def _law_sequence(seq, clip, options):
+    return seq.values
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_lag_law_rows_fail_on_a_nan_or_inf(bad, monkeypatch):
+    """``--lag-law`` (issue 47 item 2): the actor and sequence contracts' graphs poisoned on a
+    law's problems (one "version", the law): every exact row of the --target report fails (the
+    gradient row is a warning unless loss_ready), and the field audit's law cell is FAIL."""
+    from vccc_jax.verify import field_audit, lags, user, user_actor, user_sequence_law
+    from vccc_jax.verify.problems import GroupSpec
+
+    monkeypatch.setattr(user_actor, "GRAPH", _poisoned(user_actor.GRAPH, bad))
+    monkeypatch.setattr(user_sequence_law, "GRAPH", _poisoned(user_sequence_law.GRAPH, bad))
+    law = "trace:1,4"
+    targets = [user.Target(_law_actor, "actor", "vpi"), user.Target(_law_sequence, "sequence", "vpi")]
+    with np.errstate(invalid="ignore"):
+        reports = user.check_all(targets, groups=(GroupSpec("episodic", 4, 2, 3),), num_samples=64,
+                                 make=lags.law_maker(law))
+    for r in reports:
+        exact = [row for row in r.rows if row.kind == "exact" and "stop_gradient" not in row.name]
+        assert exact and not [row.name for row in exact if row.passed], r.format()
+        adapter = types.SimpleNamespace(claim="vpi", epsilon="", biased_by="")
+        au = field_audit.Audit(adapter, {0: r, law: r}, {0: r, law: r})
+        assert field_audit.cell(au, law).startswith("FAIL (") and not field_audit.exact_pass(r)
+        assert field_audit.verdict(au).startswith("**biased even on-policy**")

@@ -7,8 +7,9 @@ library's function unchanged through its adapter (``verify.adapters``); ``--lag 
 the problems so that the behaviour is the learner L updates ago (``verify.lags``).
 ``--field-audit`` checks every adapter of the named libraries at lags 0, 1, 4, 16 and writes
 the table (``verify.field_audit``); ``--lag-law LAW`` (any ``vccc train --lag`` law, or
-``trace:...`` of measured lags) runs the group (critic-free) section under that law's mixture of
-behaviour versions instead (``verify.group``; a group ``--target`` takes it too).
+``trace:...`` / ``trace:@file`` of measured lags, read as their histogram) writes the same table
+with that law's column (the P(L)-weighted mixture of its behaviour versions, ``verify.lags``)
+beside lag 0; an actor, sequence or group ``--target`` takes it too.
 
 Without ``--target``: runs :func:`vccc_jax.verify.run_verify` (every identity of the
 library), prints the table. With ``--target``: checks the user's estimator with
@@ -56,8 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lag", type=int, default=None,
                         help="problems at a lag: behaviour = the learner LAG NPG updates ago (0..16)")
     parser.add_argument("--lag-law", default=None, metavar="LAW",
-                        help="the behaviour versions of a group (critic-free) estimator drawn from LAW "
-                             "(fixed:L, uniform:M, geometric:m, zipf:a, trace:l0,l1,..., trace:@file)")
+                        help="the behaviour versions drawn from LAW, lags 0..16 (fixed:L, uniform:M, "
+                             "geometric:m, zipf:a, trace:l0,l1,..., trace:@file); not for one-step targets")
     parser.add_argument("--field-audit", action="store_true",
                         help="check every library adapter at lags 0, 1, 4, 16 and write the table (--out)")
     parser.add_argument("--libraries", default="rlax,tunix,verl,areal",
@@ -110,9 +111,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.lag is not None:
             return _fail("give --lag or --lag-law, not both")
         try:
-            from vccc_jax.verify import group
+            from vccc_jax.verify import lags
 
-            group.law_pmf(args.lag_law)
+            lags.parse_law(args.lag_law)
         except ValueError as e:
             return _fail(f"--lag-law: {str(e).splitlines()[0]}")
     if args.field_audit:
@@ -178,7 +179,7 @@ def _lag_maker(lag):
         return None
     from vccc_jax.verify import lags
 
-    if isinstance(lag, str):  # a law: only the group contract reads it
+    if isinstance(lag, str):  # a law: its versions, mixed by P(L) (verify.lags.law_maker)
         return lags.law_maker(lag)
 
     return lags.maker(lag)
@@ -211,23 +212,24 @@ def _field_audit(args) -> int:
     grouped, chosen = fag.adapters_of(chosen)
     if not chosen and not grouped:
         return _fail("no adapter of --libraries could be built (install the audit extra: make audit)")
-    group_lags = (0, args.lag_law) if args.lag_law else lags.LAGS  # lag 0: on-policy, for the verdict
-    if args.lag_law:  # the MDP contracts take one lag: only the group section runs under a law
-        print(f"--lag-law {args.lag_law}: the group (critic-free) section only", flush=True)
-        chosen = []
+    # a law's column beside lag 0 (on-policy: the verdicts read it)
+    run_lags = (0, args.lag_law) if args.lag_law else lags.LAGS
+    law = lags.parse_law(args.lag_law) if args.lag_law else None
+    if law is not None:
+        print(law.describe(), flush=True)
     chosen, unchecked = field_audit.checkable(chosen)
     for a, why in unchecked:
         print(f"not checkable {a.key}: {why}", flush=True)
     try:
-        audits = field_audit.run(chosen, quick=args.quick, seed=args.seed, num_mdps=args.num_mdps,
+        audits = field_audit.run(chosen, run_lags, quick=args.quick, seed=args.seed, num_mdps=args.num_mdps,
                                  num_samples=args.samples, log=lambda s: print(s, flush=True)) if chosen else []
-        group_audits = fag.run(grouped, group_lags)
+        group_audits = fag.run(grouped, run_lags)
     except ValueError as e:
         return _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
-    print(f"group section: {len(grouped)} estimators at {', '.join(map(str, group_lags))}", flush=True)
+    print(f"group section: {len(grouped)} estimators at {', '.join(map(str, run_lags))}", flush=True)
     cross = field_audit.cross_rows(adapters.registry()) if audits else []
-    kl = field_audit.lag_kl(lags.LAGS, args.quick, args.seed, args.num_mdps) if audits else {}
-    group_lines = fag.markdown(group_audits, fag.cross_rows(grouped), fag.kls(group_lags))
+    kl = field_audit.lag_kl(run_lags, args.quick, args.seed, args.num_mdps) if audits else {}
+    group_lines = fag.markdown(group_audits, fag.cross_rows(grouped), fag.kls(run_lags))
     seconds = time.perf_counter() - t0
     options = " ".join(x for x in ("--quick" if args.quick else "",
                                    f"--num-mdps {args.num_mdps}" if args.num_mdps is not None else "",
@@ -236,11 +238,13 @@ def _field_audit(args) -> int:
     cmd = "vccc verify --field-audit --libraries " + ",".join(libs) + (f" {options}" if options else "") + (
         f" --lag-law {args.lag_law}" if args.lag_law else "") + (f" --out {args.out}" if args.out else "")
     text = field_audit.markdown(audits, cross, quick=args.quick, cmd=cmd, seconds=seconds, load=load, kl=kl,
-                                unchecked=unchecked, options=options, group_lines=group_lines)
+                                unchecked=unchecked, options=options, group_lines=group_lines, law=law)
     print(text)
-    if args.out:
+    if args.out:  # a law's table replaces only the file's law section (field_audit.merged)
+        with open(args.out) as f:
+            old = f.read()
         with open(args.out, "w") as f:
-            f.write(text)
+            f.write(field_audit.merged(old, text, law is not None))
     return 0
 
 

@@ -43,6 +43,10 @@ class Problem:
     mix: Array         # [K, S] replay mixture q_k(s) (columns sum to 1)
     vbar: Array        # [S] arbitrary frozen bootstrap values
     baselines: Array   # [NB, S] arbitrary state baselines
+    # True: ``mus`` are the versions of a lag law's support and ``mix`` [K, S] its P(L) (the same
+    # in every state); the actor and sequence contracts then check the P(L)-weighted expectation
+    # (:mod:`vccc_jax.verify.lags`, ``--lag-law``) instead of each version.
+    law: bool = flax.struct.field(pytree_node=False, default=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -163,6 +163,9 @@ def _run_kind(kind: str, items: list, groups, keys, num_samples: int, loss_ready
     if kind == "group":  # the lag (or law) of ``make`` (verify.lags.maker), else on-policy
         return [group.report(fn, name, getattr(make, "lag", 0)) for name, _, _, fn in items]
     if kind == "one-step":
+        if getattr(make, "law", None) is not None:
+            raise TargetError("--lag-law applies to actor, sequence and group targets; a one-step target takes "
+                              "one lag: --lag L")
         users = tuple(user_one_step.UserOneStep(name, wrapped, claim) for name, _, claim, wrapped in items)
         outs = []
         for g, (kp, ks) in zip(groups, keys):
@@ -172,8 +175,9 @@ def _run_kind(kind: str, items: list, groups, keys, num_samples: int, loss_ready
             outs.append(jax.tree_util.tree_map(np.asarray, out))
         return user_one_step.user_reports(users, outs, groups, num_samples, loss_ready)
     if kind == "sequence":
-        from vccc_jax.verify import user_sequence
-        return user_sequence.run(items, groups, keys, num_samples, loss_ready, make)
+        from vccc_jax.verify import user_sequence, user_sequence_law
+        graph = user_sequence_law.GRAPH if getattr(make, "law", None) is not None else None
+        return user_sequence.run(items, groups, keys, num_samples, loss_ready, make, graph)
     from vccc_jax.verify import user_actor
     return user_actor.run(items, groups, keys, num_samples, make)
 

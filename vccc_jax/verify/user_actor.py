@@ -157,17 +157,24 @@ def actor_checks(key: Array, p: Problem, users: tuple, num_samples: int) -> tupl
     advs = jnp.stack([q - v[:, None], q - p.baselines[1][:, None]])
     outs = []
     for u in users:
-        def one(adv, mu):
+        def expected(adv, mu):
             G = token_updates(u, p, mu, adv)
-            g = jnp.einsum("sa,sab->sb", mu, G)
             gs = claimed_update(p, mu, adv, u.claim, u_score)
-            atoms = _atoms(p, mu, adv, u_score) - gs[None]
-            rel = jnp.linalg.norm(g - gs) / jnp.maximum(jnp.linalg.norm(gs), 1e-300)
-            cos = jnp.sum(g * gs) / jnp.maximum(jnp.linalg.norm(g) * jnp.linalg.norm(gs), 1e-300)
-            return rel, cos, g - gs, atoms, G
+            return jnp.einsum("sa,sab->sb", mu, G), gs, _atoms(p, mu, adv, u_score) - gs[None], G
 
-        rel, cos, bias, atoms, G = jax.vmap(lambda a: jax.vmap(lambda mu: one(a, mu))(p.mus))(advs)
-        # sampled: stalest version, arbitrary baseline
+        def one(adv, mu):
+            g, gs, atoms, G = expected(adv, mu)
+            return _scores(g, gs) + (g - gs, atoms, G)
+
+        if p.law:  # a lag law: the P(L)-weighted expected update over its versions (one "version")
+            g, gs, atoms, G = jax.vmap(lambda a: jax.vmap(lambda mu: expected(a, mu))(p.mus))(advs)
+            g, gs = (jnp.einsum("ks,xksa->xsa", p.mix, y)[:, None] for y in (g, gs))
+            atoms = jnp.einsum("ks,xknsa->xnsa", p.mix, atoms)[:, None]
+            rel, cos = jax.vmap(jax.vmap(_scores))(g, gs)
+            bias = g - gs
+        else:
+            rel, cos, bias, atoms, G = jax.vmap(lambda a: jax.vmap(lambda mu: one(a, mu))(p.mus))(advs)
+        # sampled: stalest version (of a law: the stalest of its support), arbitrary baseline
         mu, adv, Gs = p.mus[-1], advs[1], G[1, -1]
         actions = draw(key, mu, num_samples)
         mean_s = batch_update(u, p, mu, adv, actions)
@@ -181,6 +188,13 @@ def actor_checks(key: Array, p: Problem, users: tuple, num_samples: int) -> tupl
         outs.append(ActorOut(rel, cos, bias, atoms, z.ravel()[None], ok.ravel()[None], (exact - gs).ravel()[None],
                              ncp.ravel()[None]))
     return tuple(outs)
+
+
+def _scores(g: Array, gs: Array) -> tuple[Array, Array]:
+    """(relative bias ||g - g*|| / ||g*||, cosine) of an expected update g [S, A] against g*."""
+    rel = jnp.linalg.norm(g - gs) / jnp.maximum(jnp.linalg.norm(gs), 1e-300)
+    cos = jnp.sum(g * gs) / jnp.maximum(jnp.linalg.norm(g) * jnp.linalg.norm(gs), 1e-300)
+    return rel, cos
 
 
 GRAPH = fast_jit(jax.vmap(actor_checks, in_axes=(0, 0, None, None)), static_argnums=(2, 3))

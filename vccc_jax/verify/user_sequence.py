@@ -199,7 +199,9 @@ def _claim_batches(key: Array, p: Problem, claim: Claim, T: int, n: int) -> _Enu
 def seq_checks(key: Array, p: Problem, users: tuple, T: int, num_samples: int) -> tuple:
     """Everything for one problem and every user sequence target (one graph). The trajectory
     batches are enumerated once (per claim where they depend on it); each target adds only
-    its own evaluations."""
+    its own evaluations. A lag law's problem: :data:`.user_sequence_law.GRAPH`."""
+    if p.law:
+        raise ValueError("a lag law's problem is checked by verify.user_sequence_law (run(graph=...))")
     S, A = p.mdp.num_states, p.mdp.num_actions
     C = A * S
     prefix_states = [_prefix_states(S, A, T, t) for t in range(T)]
@@ -328,9 +330,10 @@ GRAPH = fast_jit(jax.vmap(seq_checks, in_axes=(0, 0, None, None, None)), static_
 
 
 def run(items: list, groups, keys, num_samples: int, loss_ready: bool = False,
-        make=None) -> list[tuple[list[Row], list[str]]]:
+        make=None, graph=None) -> list[tuple[list[Row], list[str]]]:
     """(rows, diagnosis) per (name, kind, claim, wrapper) item, one graph per group
-    (``loss_ready``: as :func:`diagnose.gradient_row`; ``make``: as :func:`user.check_all`)."""
+    (``loss_ready``: as :func:`diagnose.gradient_row`; ``make``: as :func:`user.check_all`;
+    ``graph``: :data:`GRAPH` or, for a lag law's problems, ``user_sequence_law.GRAPH``)."""
     from vccc_jax.verify.runner import make_problems_jit
 
     users = tuple(UserSequence(name, wrapped, claim) for name, _, claim, wrapped in items)
@@ -340,7 +343,7 @@ def run(items: list, groups, keys, num_samples: int, loss_ready: bool = False,
         p = (make or make_problems_jit)(kp, g)
         p = jax.tree_util.tree_map(lambda x: x[:gs.num_mdps], p)
         k = jax.random.split(jax.random.fold_in(ks, 1), gs.num_mdps)
-        out = in_graph(", ".join(u.name for u in users), GRAPH, k, p, users, horizon(g), num_samples)
+        out = in_graph(", ".join(u.name for u in users), graph or GRAPH, k, p, users, horizon(g), num_samples)
         outs.append(jax.tree_util.tree_map(np.asarray, out))
     names = diagnose.mdp_names(groups_s)
     horizons = ", ".join(f"T={horizon(g)} on {g.kind}{g.num_states}x{g.num_actions}" for g in groups)
