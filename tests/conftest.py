@@ -34,6 +34,7 @@ HEAVY_FIRST = (
     "tests/train/test_sharding.py",
     "tests/train/test_async_mesh.py",  # subprocesses on forced host devices
     "tests/verify/test_verify.py",
+    "tests/verify/test_lag_law.py",
     "tests/tabular/test_async_ac.py",
     "tests/verify/test_byo.py",
     "tests/train/test_trainer.py",
