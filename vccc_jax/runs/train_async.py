@@ -118,7 +118,7 @@ def _loop(cfg, spec, out, mngr, *, checkpoint_every, resume, stop, command, trac
         while update < total:
             batch = pipe.next_batch(update)
             state, metrics = pipe.learn(state, batch, update)
-            pipe.publish(update + 1, state.actor_params)
+            pipe.publish(update + 1, state.actor_params, state.critic_params)
             version, done, metrics = jax.device_get(
                 (batch.traj.version, batch.traj.episode_done, metrics))
             lag = update - np.asarray(version)
