@@ -15,7 +15,10 @@ envs, exact RMS exact_err_pi on a ``tabular:`` env), ESS; each against
     PYTHONPATH=$PWD python experiments/async_critic_study.py STUDY_DIR [SEEDS] [UPDATES] [ENV]
 
 Each (mode, critic) cell is appended to STUDY_DIR/critics.jsonl as it finishes;
-STUDY_DIR/critics.json holds all cells and the intervals.
+STUDY_DIR/critics.json holds all cells and the intervals. The figure of docs/results.md (one
+row per study dir: real vs simulated, then the critics):
+
+    python experiments/async_critic_study.py --figure OUT.png STUDY_DIR [STUDY_DIR ...]
 """
 
 import json
@@ -93,7 +96,57 @@ def main(study: Path, seeds: int, updates: int, env: str) -> None:
         (study / "critics.json").write_text(json.dumps(record, indent=1))
 
 
-if __name__ == "__main__":
+def _mean_ci(x) -> tuple:
+    x = np.asarray(x, np.float64)
+    return x.mean(), stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+
+
+def figure(png: Path, dirs: list) -> None:
+    """Per study dir (row): final return, critic error, ESS of the real runs, their trace
+    replay and the parametric law; then the critic error of every critic under the replayed
+    trace. Means and 95% t-intervals over seeds, modes side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(dirs), 4, figsize=(14, 2.9 * len(dirs)), squeeze=False)
+    for row, d in zip(axes, map(Path, dirs)):
+        sim = json.loads((d / "study.json").read_text())
+        env = sim["base"]["env"].split(",")[0]
+        tabular = env.startswith("tabular:")
+        err = "critic RMS error (exact)" if tabular else "critic MSE (vs Monte Carlo)"
+        ret = "final V^pi (exact)" if tabular else "final return"
+        for j, (ax, name) in enumerate(zip(row, (ret, err, "ESS"))):
+            for i, (mode, res) in enumerate(sim["modes"].items()):
+                for c, key in enumerate(("real", "replay", "parametric")):
+                    m, h = _mean_ci(np.asarray(res[key])[:, j])
+                    label = ("real", "trace replay", "parametric, same mean")[c]
+                    ax.errorbar(i + 0.2 * (c - 1), m, yerr=h, fmt="o", capsize=3,
+                                color=f"C{c}", label=label if i == 0 else None)
+            ax.set_xticks(range(len(sim["modes"])), list(sim["modes"]))
+            ax.set_title(f"{env}: {name}", fontsize=9)
+        row[0].legend(fontsize=7)
+        ax = row[3]
+        if (d / "critics.json").exists():
+            crit = json.loads((d / "critics.json").read_text())
+            for i, (mode, res) in enumerate(crit["modes"].items()):
+                for c, critic in enumerate(crit["critics"]):
+                    m, h = _mean_ci(np.asarray(res["per_seed"][critic])[:, 1])
+                    ax.errorbar(i + 0.12 * (c - 2), m, yerr=h, fmt="s", capsize=2,
+                                color=f"C{c + 3}", label=critic if i == 0 else None)
+            ax.set_xticks(range(len(crit["modes"])), list(crit["modes"]))
+            ax.legend(fontsize=6)
+        ax.set_title(f"{env}: {err.split(' (')[0]}, per critic", fontsize=9)
+    fig.suptitle("Real --async runs vs the simulator; mean and 95% t-interval over 8 seeds",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--figure"]:
+    figure(Path(sys.argv[2]), sys.argv[3:])
+elif __name__ == "__main__":
     a = sys.argv[1:]
     main(Path(a[0]), int(a[1]) if len(a) > 1 else 8, int(a[2]) if len(a) > 2 else 200,
          a[3] if len(a) > 3 else "CartPole-v1")

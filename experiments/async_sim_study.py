@@ -76,7 +76,7 @@ def real_run(cfg, spec, programs=None):
         for k in range(trainer.num_updates):
             batch = pipe.next_batch(k)
             state, m = pipe.learn(state, batch, k)
-            pipe.publish(k + 1, state.actor_params)
+            pipe.publish(k + 1, state.actor_params, state.critic_params)
             m, version = jax.device_get((m, batch.traj.version))
             rows.append({n: np.asarray(v) for n, v in m.items()})
             trace.append(k - np.asarray(version)[0])
