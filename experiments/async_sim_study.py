@@ -52,6 +52,7 @@ ENV = _ARGS[3] if len(_ARGS) > 3 else "CartPole-v1"
 # 0.3 (exact V^pi, about 4% of the learned value 7.8) on tabular:family=garnet,S=8,A=3,gamma=0.9
 MARGIN = float(_ARGS[4]) if len(_ARGS) > 4 else 25.0
 ACTORS = int(_ARGS[5]) if len(_ARGS) > 5 else 2
+FIRST_SEED = int(os.environ.get("FIRST_SEED", "0"))  # more seeds of a study: FIRST_SEED=8 ...
 TABULAR = ENV.startswith("tabular:")
 NUM_ENVS = 12 if ACTORS == 3 else 8  # a multiple of the actor threads
 BASE = dict(env=ENV, num_envs=NUM_ENVS, num_steps=32, total_timesteps=NUM_ENVS * 32 * UPDATES,
@@ -120,7 +121,7 @@ def main(out: Path, seeds: int) -> None:
         spec = ap.AsyncSpec(actors=actors, queue=queue, mode=mode, actor_devices=(0,),
                             learner_devices=(1,), timeout=900.0)
         real, replay, lags, programs = [], [], [], None
-        for seed in range(seeds):
+        for seed in range(FIRST_SEED, FIRST_SEED + seeds):
             cfg = TrainConfig(**BASE, seed=seed)
             rows, trace, dropped, programs = real_run(cfg, spec, programs)
             col = lambda n: np.array([float(r[n]) for r in rows])  # noqa: E731
@@ -141,7 +142,7 @@ def main(out: Path, seeds: int) -> None:
                                     "lag_hist": al.histogram(trace).tolist()}) + "\n")
         mean_lag = float(np.mean([t[10:].mean() for t in lags]))
         law = f"geometric:{mean_lag:.2f}"
-        par = Trainer(TrainConfig(**BASE, seed=1000, num_seeds=seeds, lag=law))
+        par = Trainer(TrainConfig(**BASE, seed=1000 + FIRST_SEED, num_seeds=seeds, lag=law))
         _, m = par.train(par.init())
         parametric = [summary(*(np.asarray(m[n])[:, s] for n in COLUMNS))
                       for s in range(seeds)]
