@@ -3,16 +3,22 @@
 For each mode and seed: one real `--async` run (the pipeline of train.async_pipeline), then the
 simulator (train.trainer) on (i) that run's own measured lags (the `trace` law, same seed:
 paired) and (ii) a parametric law with the same mean lag (geometric:<mean>, the seeds vmapped:
-unpaired). Compared: final return (mean of the last 10 updates' behaviour return), the
-critic's error against Monte-Carlo V^{pi_k} (gt_mse, mean over the ground-truth updates of the
-second half), ESS. Statistic: the mean difference real - simulated with a 95% Student-t
+unpaired). Compared: final return (mean of the last 10 updates' behaviour return; on a
+``tabular:`` env the exact V^{pi_k} instead, mean_D exact_v_pi over the last 10 updates), the
+critic's error against V^{pi_k} (gt_mse against Monte Carlo, mean over the ground-truth
+updates of the second half; on a ``tabular:`` env the exact RMS error exact_err_pi), ESS and
+KL(pi_k || mu) (the ratio diagnostics). Statistic: the mean difference real - simulated with a 95% Student-t
 interval (paired over seeds for the trace replay, Welch for the parametric law) and the
 equivalence verdict for final return at the margin fixed BEFORE running: |difference| <=
 MARGIN (CartPole-v1 return units) — equivalent when the whole 90% interval (TOST at 5%) lies
 inside +-MARGIN, different when the 95% interval excludes 0, else inconclusive.
 
     PYTHONPATH=$PWD python experiments/async_sim_study.py OUT [SEEDS] [UPDATES] [ENV] [MARGIN]
+        [ACTORS]
     PYTHONPATH=$PWD python experiments/async_sim_study.py --drops OUT [SEEDS] [UPDATES]
+
+Each seed's row is appended to OUT/rows.jsonl as it finishes (an interrupted study keeps them);
+OUT/study.json is rewritten after every mode.
 
 ``--drops`` (:func:`drops_study`): the ``bounded:4`` cell only, each real run against its
 replay without the dropped rollouts (the old trace), its drop-aware replay (``L/d1/d2``
@@ -38,6 +44,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from vccc_jax.envs.spec import env_gamma  # noqa: E402
 from vccc_jax.train import async_lag as al  # noqa: E402
 from vccc_jax.train import async_pipeline as ap  # noqa: E402
 from vccc_jax.train.config import TrainConfig  # noqa: E402
@@ -47,11 +54,22 @@ _ARGS = {"--figure": [], "--drops": sys.argv[2:]}.get(sys.argv[1:2][0] if sys.ar
                                                      sys.argv[1:])
 UPDATES = int(_ARGS[2]) if len(_ARGS) > 2 else 100
 ENV = _ARGS[3] if len(_ARGS) > 3 else "CartPole-v1"
-# final-return equivalence margin, fixed before running: 25 on CartPole-v1, 50 on Acrobot-v1
+# final-return equivalence margins, fixed before running: 25 on CartPole-v1, 50 on Acrobot-v1
+# (the 100-update study); issue-scale study (3 actor threads, 200 updates): 25 on CartPole-v1,
+# 0.3 (exact V^pi, about 4% of the learned value 7.8) on tabular:family=garnet,S=8,A=3,gamma=0.9
 MARGIN = float(_ARGS[4]) if len(_ARGS) > 4 else 25.0
-BASE = dict(env=ENV, num_envs=8, num_steps=32, total_timesteps=8 * 32 * UPDATES,
-            update_epochs=2, num_minibatches=2, gt_every=10, eval_envs=0, critic="gae")
-MODES = (("latest", 2, 2), ("bounded:4", 2, 5))
+ACTORS = int(_ARGS[5]) if len(_ARGS) > 5 else 2
+FIRST_SEED = int(os.environ.get("FIRST_SEED", "0"))  # more seeds of a study: FIRST_SEED=8 ...
+TABULAR = ENV.startswith("tabular:")
+NUM_ENVS = 12 if ACTORS == 3 else 8  # a multiple of the actor threads
+BASE = dict(env=ENV, num_envs=NUM_ENVS, num_steps=32, total_timesteps=NUM_ENVS * 32 * UPDATES,
+            update_epochs=2, num_minibatches=2, gt_every=5 if TABULAR else 10, eval_envs=0,
+            critic="gae", **({"gamma": env_gamma(ENV)} if TABULAR else {}))
+MODES = (("latest", ACTORS, 2), ("bounded:4", ACTORS, 5))
+# the per-update columns of (final return, critic error, ESS, KL(pi_k || mu))
+COLUMNS = (("exact_v_pi", "exact_err_pi") if TABULAR else ("return", "gt_mse")) + ("ess",
+                                                                                  "kl_pi_mu")
+METRICS = ("final_return", "critic_err", "ess", "kl_pi_mu")
 
 
 def real_run(cfg, spec, programs=None, drops=None):
@@ -66,7 +84,7 @@ def real_run(cfg, spec, programs=None, drops=None):
         for k in range(trainer.num_updates):
             batch = pipe.next_batch(k)
             state, m = pipe.learn(state, batch, k)
-            pipe.publish(k + 1, state.actor_params)
+            pipe.publish(k + 1, state.actor_params, state.critic_params)
             m, version = jax.device_get((m, batch.traj.version))
             rows.append({n: np.asarray(v) for n, v in m.items()})
             trace.append(k - np.asarray(version)[0])
@@ -78,10 +96,11 @@ def real_run(cfg, spec, programs=None, drops=None):
     return rows, np.stack(trace), dropped, pipe.programs
 
 
-def summary(ret, gt, ess):
-    """(final return, critic error, ESS) of one run's per-update columns."""
+def summary(ret, gt, ess, kl):
+    """(final return, critic error, ESS, KL) of one run's per-update columns."""
     half = len(gt) // 2
-    return (float(np.nanmean(ret[-10:])), float(np.nanmean(gt[half:])), float(np.nanmean(ess)))
+    return (float(np.nanmean(ret[-10:])), float(np.nanmean(gt[half:])), float(np.nanmean(ess)),
+            float(np.nanmean(kl)))
 
 
 def interval(diff, paired=True, other=None, margin=None):
@@ -111,11 +130,11 @@ def main(out: Path, seeds: int) -> None:
         spec = ap.AsyncSpec(actors=actors, queue=queue, mode=mode, actor_devices=(0,),
                             learner_devices=(1,), timeout=900.0)
         real, replay, lags, programs = [], [], [], None
-        for seed in range(seeds):
+        for seed in range(FIRST_SEED, FIRST_SEED + seeds):
             cfg = TrainConfig(**BASE, seed=seed)
             rows, trace, dropped, programs = real_run(cfg, spec, programs)
             col = lambda n: np.array([float(r[n]) for r in rows])  # noqa: E731
-            real.append(summary(col("return"), col("gt_mse"), col("ess")))
+            real.append(summary(*map(col, COLUMNS)))
             lags.append(trace)
             path = out / f"{mode.replace(':', '')}_s{seed}.trace"
             al.LagTrace(trace.tolist()).write(out)
@@ -123,28 +142,32 @@ def main(out: Path, seeds: int) -> None:
             K = int(trace.max()) + 1
             sim = Trainer(dataclasses.replace(cfg, lag=f"trace:@{path}", num_versions=K))
             _, m = sim.train(sim.init())
-            replay.append(summary(*(np.asarray(m[n])[:, 0] for n in ("return", "gt_mse", "ess"))))
+            replay.append(summary(*(np.asarray(m[n])[:, 0] for n in COLUMNS)))
             print(mode, seed, "real", real[-1], "replay", replay[-1], "dropped", dropped,
                   flush=True)
+            with open(out / "rows.jsonl", "a") as f:
+                f.write(json.dumps({"mode": mode, "seed": seed, "real": real[-1], "dropped":
+                                    dropped, "replay": replay[-1], "load": os.getloadavg(),
+                                    "lag_hist": al.histogram(trace).tolist()}) + "\n")
         mean_lag = float(np.mean([t[10:].mean() for t in lags]))
         law = f"geometric:{mean_lag:.2f}"
-        par = Trainer(TrainConfig(**BASE, seed=1000, num_seeds=seeds, lag=law))
+        par = Trainer(TrainConfig(**BASE, seed=1000 + FIRST_SEED, num_seeds=seeds, lag=law))
         _, m = par.train(par.init())
-        parametric = [summary(*(np.asarray(m[n])[:, s] for n in ("return", "gt_mse", "ess")))
+        parametric = [summary(*(np.asarray(m[n])[:, s] for n in COLUMNS))
                       for s in range(seeds)]
         real_a, rep_a, par_a = map(np.asarray, (real, replay, parametric))
         res = {"law": law, "mean_lag_after_warmup": mean_lag,
                "lag_hist": al.histogram(np.concatenate(lags)).tolist(),
                "real": real_a.tolist(), "replay": rep_a.tolist(), "parametric": par_a.tolist()}
-        for j, name in enumerate(("final_return", "gt_mse", "ess")):
+        for j, name in enumerate(METRICS):
             margin = MARGIN if name == "final_return" else None
             res[f"{name}_vs_replay"] = interval(real_a[:, j] - rep_a[:, j], margin=margin)
             res[f"{name}_vs_parametric"] = interval(real_a[:, j], paired=False,
                                                     other=par_a[:, j], margin=margin)
         record["modes"][mode] = res
         print(json.dumps({k: v for k, v in res.items() if "_vs_" in k}, indent=1), flush=True)
-    record["load_end"] = os.getloadavg()
-    (out / "study.json").write_text(json.dumps(record, indent=1))
+        record["load_end"] = os.getloadavg()
+        (out / "study.json").write_text(json.dumps(record, indent=1))
 
 
 # margins fixed before running --drops: final return +-25 (as above), critic MSE +-150 (the
@@ -168,7 +191,7 @@ def drops_study(out: Path, seeds: int) -> None:
         cfg, drops = TrainConfig(**BASE, seed=seed), []
         rows, trace, dropped, programs = real_run(cfg, spec, programs, drops)
         col = lambda n: np.array([float(r[n]) for r in rows])  # noqa: E731
-        arms["real"].append(summary(col("return"), col("gt_mse"), col("ess")))
+        arms["real"].append(summary(col("return"), col("gt_mse"), col("ess"), col("kl_pi_mu")))
         lags.append(trace)
         n_drops.append(dropped)
         for arm, kept in (("replay_old", None), ("replay_drops", drops)):
@@ -178,13 +201,14 @@ def drops_study(out: Path, seeds: int) -> None:
             sim = Trainer(dataclasses.replace(cfg, lag=f"trace:@{path}"))
             _, m = sim.train(sim.init())
             arms[arm].append(summary(*(np.asarray(m[n])[:, 0]
-                                       for n in ("return", "gt_mse", "ess"))))
+                                       for n in ("return", "gt_mse", "ess", "kl_pi_mu"))))
         print(seed, {k: v[-1] for k, v in arms.items()}, "dropped", dropped, flush=True)
     counts = np.bincount(np.concatenate(lags).reshape(-1))
     law = "hist:" + ",".join(str(int(c)) for c in counts)
     par = Trainer(TrainConfig(**BASE, seed=1000, num_seeds=seeds, lag=law))
     _, m = par.train(par.init())
-    arms["hist"] = [summary(*(np.asarray(m[n])[:, s] for n in ("return", "gt_mse", "ess")))
+    arms["hist"] = [summary(*(np.asarray(m[n])[:, s]
+                              for n in ("return", "gt_mse", "ess", "kl_pi_mu")))
                     for s in range(seeds)]
     a = {k: np.asarray(v) for k, v in arms.items()}
     record.update({"law": law, "dropped_per_run": n_drops, "minutes": (time.time() - t0) / 60,
@@ -209,8 +233,8 @@ def figure(study: Path, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     record = json.loads(Path(study).read_text())
-    names = ("final_return", "gt_mse", "ess")
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    names = METRICS[:len(next(iter(record["modes"].values()))["real"][0])]
+    fig, axes = plt.subplots(1, len(names), figsize=(3.7 * len(names), 3.2))
     for j, (ax, name) in enumerate(zip(axes, names)):
         for i, (mode, res) in enumerate(record["modes"].items()):
             for c, (label, key) in enumerate((("real", "real"), ("trace replay", "replay"),

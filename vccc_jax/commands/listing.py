@@ -57,6 +57,13 @@ def critics() -> str:
     rows = [(t.name, t.weight_kind, "yes" if t.uses_clip else "no", t.description)
             for t in CRITIC_TARGETS.values()]
     rows.append(("gae", "none", "no", "uncorrected lambda-return (trainer only: --critic gae)"))
+    rows += [  # the field's async critics (issue 48; train.targets), GAE without a ratio
+        ("cleanba_mixed", "none", "no", "Cleanba: values of the actor's critic copy, learner's "
+         "bootstrap (trainer only)"),
+        ("recompute_no_ratio", "none", "no", "NeMo-RL: every value from the learner's critic "
+         "(= gae; trainer only)"),
+        ("stale_gae", "none", "no", "verl / OpenRLHF: every value from the actor's critic copy "
+         "(trainer only)")]
     return _table(rows, ("critic", "weight", "clip c", "target"))
 
 

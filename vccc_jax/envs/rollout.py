@@ -161,6 +161,9 @@ class Trajectory:
     discount: Any = None  # [T, B] the env's own per-step discount (info["discount"]) or None
     is_action: Any = None  # [T, B] bool: a policy action (False: env tool step) or None
     log_b_all: Any = None  # [T, B, A] training-side log-probs of the behaviour version or None
+    # [T, B, 2] the behaviour version's critic copy V_{k-L} at (obs, final_obs), or None: logged
+    # only for a critic that reads it (train.targets.NEEDS_ACTOR_CRITIC)
+    behaviour_values: Any = None
 
     def discounts(self, gamma: float) -> Array:
         """gamma * (1 - terminated): 0 only when s_{t+1} is terminal (truncation keeps it).

@@ -180,7 +180,7 @@ def _loop(cfg, spec, out, mngr, *, checkpoint_every, resume, stop, command, trac
         while update < total:
             batch = _next_batch(pipe, update)
             state, metrics = pipe.learn(state, batch, update)
-            pipe.publish(update + 1, state.actor_params)
+            pipe.publish(update + 1, state.actor_params, state.critic_params)
             version, done, metrics = gather_to_host(
                 (batch.traj.version, batch.traj.episode_done, metrics))
             lag = update - np.asarray(version)
@@ -189,7 +189,9 @@ def _loop(cfg, spec, out, mngr, *, checkpoint_every, resume, stop, command, trac
             row.update(al.transition_metrics(lag))
             row.update(trajs.update(np.asarray(version), lag, np.asarray(done)))
             row.update(dropped=batch.dropped, learner_wait_s=batch.wait_s)
-            trace.add(lag[0], al.drop_lags(update, batch.drop_versions, cfg.num_envs))
+            # several processes: each sees only its own actors' drops, so none are traced
+            drops = batch.drop_versions if pipe.procs == 1 else ()
+            trace.add(lag[0], al.drop_lags(update, drops, cfg.num_envs))
             rows.append(row)
             log_rows(tracker, [row])
             update += 1

@@ -142,10 +142,15 @@ def initial_actor_keys(key, num_actors: int):
 def actor_rollout(setup, values, params, env_carry, key, version, first=0, steps=None):
     """One actor rollout with ``params`` (version ``version``): (carry, trajectory stamped
     with the version at every step, the next key). Keys split as ``trainer.update`` does.
-    ``steps`` (static), ``first``: only that chunk of the rollout (its draws unchanged)."""
+    ``steps`` (static), ``first``: only that chunk of the rollout (its draws unchanged).
+    For a critic that reads the actor's critic copy (``trainer.needs_critic_copy``)
+    ``params`` is (actor params, critic params) and the rollout logs the copy's values
+    (``Trajectory.behaviour_values``)."""
     key, _, k_roll, _, _ = jax.random.split(key, 5)
-    env_carry, traj = tr.rollout_step(setup, values, params, None, env_carry, k_roll, 0,
+    actor_params, critic_params = params if tr.needs_critic_copy(setup) else (params, None)
+    env_carry, traj = tr.rollout_step(setup, values, actor_params, None, env_carry, k_roll, 0,
                                       steps=steps, first_step=first)
+    traj = tr.with_behaviour_values(setup, None, critic_params, traj)
     return env_carry, traj.replace(version=jnp.full(traj.reward.shape, version, jnp.int32)), key
 
 
@@ -366,7 +371,7 @@ class Pipeline:
         self.queues = [queue.Queue(maxsize=spec.queue) for _ in range(spec.actors)]
         self.stop_event = threading.Event()
         self.errors: list[tuple[str, BaseException]] = []
-        self.publish(start, state.actor_params)
+        self.publish(start, state.actor_params, state.critic_params)
         n, first = spec.actors * self.procs, spec.actors * self.proc  # over all processes
         self.threads = [threading.Thread(
             target=self._actor, name=f"actor-{i}", daemon=True,
@@ -393,11 +398,19 @@ class Pipeline:
         """The learner's (unbatched) TrainState on the learner device(s)."""
         return self._place(state, None if self.layout is None else self.layout.state)
 
-    def publish(self, version: int, actor_params) -> None:
+    def publish(self, version: int, actor_params, critic_params=None) -> None:
+        """Version ``version`` for the actors; ``critic_params`` (the critic copy) is
+        required by, and only sent for, a critic that reads it."""
+        params = actor_params
+        if tr.needs_critic_copy(self.setup):
+            if critic_params is None:
+                raise ValueError(f"critic {self.setup.cfg.critic!r} needs the actors' critic "
+                                 "copy: publish(version, actor_params, critic_params)")
+            params = (actor_params, critic_params)
         if self.procs > 1:  # this process's replica of the learner's params
-            actor_params = jax.tree_util.tree_map(
-                lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, actor_params)
-        on = {d: jax.device_put(actor_params, d) for d in set(self.actor_device)}
+            params = jax.tree_util.tree_map(
+                lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, params)
+        on = {d: jax.device_put(params, d) for d in set(self.actor_device)}
         self.channel.publish(version, on)
 
     def learn(self, state, batch: Batch, idx: int):

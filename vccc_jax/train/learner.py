@@ -114,11 +114,13 @@ def prepare(setup: Setup, values: GridValues, traj: rollout_lib.Trajectory, vbar
         baseline=_baseline(setup, values_, traj.obs, baseline_params),
         is_action=traj.is_action,
         head=setup.head,
+        **_behaviour_values(cfg, traj, values_, next_values),
     )
     out = setup.target_fn(inputs, cfg, setup_lib.weight_clip(setup, values))
     if cfg.advantage == "target":
         advantages = out.advantages
-    elif cfg.critic == "gae" and cfg.vtrace_n is None and cfg.critic_lambda is None:
+    elif (cfg.critic in ("gae", "recompute_no_ratio") and cfg.vtrace_n is None
+          and cfg.critic_lambda is None):
         advantages = out.advantages
     else:
         advantages = gae_advantages(inputs, cfg.gae_lambda)
@@ -128,6 +130,20 @@ def prepare(setup: Setup, values: GridValues, traj: rollout_lib.Trajectory, vbar
         bstar_h = jax.lax.stop_gradient(t.rewards + t.discounts * t.next_values)
     return Prepared(inputs, jax.lax.stop_gradient(out.targets),
                     jax.lax.stop_gradient(advantages), log_pi_old, log_mu, bstar_h)
+
+
+def _behaviour_values(cfg, traj, values_, next_values) -> dict:
+    """The actor's critic copy V_{k-L} at s_t and s_{t+1} (``TargetInputs`` fields) when the
+    rollout logged it; lag-0 steps take the learner's Vbar (the same version's critic, so the
+    same numbers; not with a Polyak Vbar, which no actor holds)."""
+    if traj.behaviour_values is None:
+        return {}
+    v, nv = traj.behaviour_values[..., 0], traj.behaviour_values[..., 1]
+    if cfg.polyak is None:
+        lag0 = traj.lag == 0
+        v, nv = jnp.where(lag0, values_, v), jnp.where(lag0, next_values, nv)
+    return dict(behaviour_values=jax.lax.stop_gradient(v),
+                behaviour_next_values=jax.lax.stop_gradient(nv))
 
 
 def _baseline(setup: Setup, values_, obs, baseline_params):

@@ -202,14 +202,18 @@ def state_specs(abstract_state: Any, data_size: int, *, seed_axis: bool = True,
                                       tree)
 
     st = abstract_state
-    versions = st.versions
-    if versions is not None:
+
+    def ring_spec(versions):  # a VersionBuffer of actor (or critic) params, or None
+        if versions is None:
+            return None
         one_seed = _tree_bytes(versions.params) // max(
             1, jax.tree_util.tree_leaves(versions.params)[0].shape[0] if seed_axis else 1)
         shard_ring = ring == "params" or (ring == "auto" and one_seed > RING_REPLICATE_BYTES)
-        versions = versions.replace(
+        return versions.replace(
             params=params_like(versions.params, s + 1) if shard_ring else per_seed(versions.params),
             head=P(*head), count=P(*head), version=P(*head))
+
+    versions = ring_spec(st.versions)
     env_spec = P(*head, DATA) if seed_axis else P(DATA)
     return st.replace(
         actor_params=params_like(st.actor_params, s),
@@ -226,6 +230,7 @@ def state_specs(abstract_state: Any, data_size: int, *, seed_axis: bool = True,
         baseline_opt_state=params_like(st.baseline_opt_state, s),
         ewma=params_like(st.ewma, s),
         replay=per_seed(st.replay),
+        critic_versions=ring_spec(st.critic_versions),
     )
 
 

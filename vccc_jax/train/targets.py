@@ -4,7 +4,12 @@ Every one-step row of the critic-target table runs on a rollout [T, B] as is; th
 supplies its extras (the general baseline b(s): Vbar or 0; Z(s) = E_mu[w | s] from the
 logged full behaviour log-probabilities, Sec 4.2). The multi-step row ``vtrace`` (Eq 11)
 runs ``estimators.vtrace`` over the rollout, and the trainer adds one target of its own:
-``gae``, the uncorrected lambda-return (V-trace with rho := 1). The comparator ``brace``
+``gae``, the uncorrected lambda-return (V-trace with rho := 1). The field's asynchronous
+critics (issue 48, ``estimators.related.field_critics``) are GAE with the values of the
+actor's critic copy V_{k-L}: ``cleanba_mixed`` (V(s_t) from the copy, bootstraps from the
+learner's Vbar), ``stale_gae`` (all values from the copy) and ``recompute_no_ratio`` (all
+from the learner's Vbar: the trainer's ``gae`` itself, registered under both names); the
+first two read ``TargetInputs.behaviour_values`` (:data:`NEEDS_ACTOR_CRITIC`). The comparator ``brace``
 (issue 13) runs the registry row's ``sequence`` (``estimators.related.brace``) with
 ``config.brace_n``, ``brace_tail_anchor`` and V-trace's thresholds ``rho_bar`` / ``c_bar``.
 ``vccc_bstar`` needs the
@@ -44,7 +49,9 @@ class TargetInputs(NamedTuple):
     Gaussian's [mean, log_std]). baseline: b(s_t) (Vbar or 0, ``config.baseline``).
     is_action: [T, B] bool policy steps (token env tool steps are False) or None (every
     step). head: the policy head (``envs.policy_heads``; None: categorical rows), whose
-    ``expected_weight`` gives Z(s).
+    ``expected_weight`` gives Z(s). behaviour_values / behaviour_next_values: V_{k-L}(s_t) /
+    V_{k-L}(s_{t+1}) from the critic copy of each step's behaviour version (the learner's
+    Vbar at lag-0 steps), or None (only :data:`NEEDS_ACTOR_CRITIC` targets read them).
     """
 
     transitions: Transitions
@@ -54,6 +61,8 @@ class TargetInputs(NamedTuple):
     baseline: Array
     is_action: Optional[Array] = None
     head: Any = None
+    behaviour_values: Optional[Array] = None
+    behaviour_next_values: Optional[Array] = None
 
 
 class TargetOutput(NamedTuple):
@@ -112,6 +121,34 @@ def _gae_target(x: TargetInputs, cfg: TrainConfig, clip=None) -> TargetOutput:
     return TargetOutput(out.vs, out.vs - t.values)
 
 
+def _actor_copy_gae(x: TargetInputs, cfg: TrainConfig, copy_bootstrap: bool) -> TargetOutput:
+    """GAE(gamma, lambda) on V(s_t) of the actor's critic copy; bootstraps (the rollout's end
+    and time-limit cuts) from the copy (``stale_gae``) or from the learner's Vbar
+    (``cleanba_mixed``). Advantages: the same GAE on the copy's values (the field's)."""
+    if x.behaviour_values is None:
+        raise ValueError("this critic needs the actor's critic copy V_{k-L}(s_t) "
+                         "(TargetInputs.behaviour_values): the trainer logs it when the "
+                         "config's critic is one of train.targets.NEEDS_ACTOR_CRITIC")
+    t = x.transitions
+    next_values = x.behaviour_next_values if copy_bootstrap else t.next_values
+    t = t._replace(values=x.behaviour_values, next_values=next_values)
+    out = _vtrace(x._replace(transitions=t), jnp.zeros_like(t.log_rhos), cfg.target_lambda,
+                  1.0, 1.0, cfg.vtrace_n)
+    return TargetOutput(out.vs, out.vs - t.values)
+
+
+def _cleanba_mixed_target(x: TargetInputs, cfg: TrainConfig, clip=None) -> TargetOutput:
+    """Cleanba's PPO (issue 48): GAE with V(s_t) from the actor's critic copy (version k - L)
+    and the bootstrap from the learner's critic (k); no ratio."""
+    return _actor_copy_gae(x, cfg, copy_bootstrap=False)
+
+
+def _stale_gae_target(x: TargetInputs, cfg: TrainConfig, clip=None) -> TargetOutput:
+    """verl / OpenRLHF's default (issue 48): GAE as the actor computed it, every value from its
+    critic copy (version k - L); no ratio."""
+    return _actor_copy_gae(x, cfg, copy_bootstrap=True)
+
+
 def _vtrace_target(x: TargetInputs, cfg: TrainConfig, clip=None) -> TargetOutput:
     """V-trace(lambda, rhobar, cbar, n), Eq 11; advantages are V-trace's policy-gradient ones."""
     t = x.transitions
@@ -164,7 +201,13 @@ def _brace_target(x: TargetInputs, cfg: TrainConfig, clip) -> TargetOutput:
     return TargetOutput(out.vs, out.pg_advantages)
 
 
+# the critics that read the actor's critic copy (TargetInputs.behaviour_values)
+NEEDS_ACTOR_CRITIC = ("cleanba_mixed", "stale_gae")
+
 register_critic_target("gae", _gae_target)
+register_critic_target("recompute_no_ratio", _gae_target)  # NeMo-RL: the trainer's gae
+register_critic_target("cleanba_mixed", _cleanba_mixed_target)
+register_critic_target("stale_gae", _stale_gae_target)
 for _target in registry.CRITIC_TARGETS.values():
     if _target.name == "vtrace":
         register_critic_target("vtrace", _vtrace_target)

@@ -66,6 +66,7 @@ from vccc_jax.train.programs import (
     program_values,
 )
 from vccc_jax.train.setup import Setup, make_setup
+from vccc_jax.train.targets import NEEDS_ACTOR_CRITIC
 
 Array = chex.Array
 
@@ -91,6 +92,9 @@ class TrainState:
     baseline_opt_state: Any = None
     replay: Any = None  # train.replay.ReplayBuffer (replay_updates > 0), else None
     ewma: Any = None  # decoupled.EwmaState of the actor (pi_old_route="ewma"), else None
+    # lag.VersionBuffer of critic params beside ``versions`` (the actor's critic copy, read by
+    # a critic of targets.NEEDS_ACTOR_CRITIC), else None
+    critic_versions: Any = None
 
 
 # --------------------------------------------------------------------------------------
@@ -108,6 +112,7 @@ def update(setup: Setup, values: GridValues, state: TrainState, idx: Array
     # 1. rollout with stale versions (+ replayed rollouts: the learner's batch ltraj)
     env_carry, traj = rollout_step(setup, values, state.actor_params, state.versions,
                                    env, k_roll, idx, k_lag)
+    traj = with_behaviour_values(setup, state.critic_versions, state.critic_params, traj)
     traj = setup.constrain("traj", traj)
     ltraj, valid = with_replay(setup, state, traj)
     # 2. prepare: Vbar, ratios, critic targets, advantages, pi_old, the learner batch
@@ -185,6 +190,29 @@ def replay_drops(setup: Setup, values: GridValues, state: TrainState, idx) -> tu
     return env, jax.random.split(chain, 5)[2]
 
 
+def needs_critic_copy(setup: Setup) -> bool:
+    """Whether the critic target reads the actor's critic copy (``behaviour_values``)."""
+    return setup.cfg.critic in NEEDS_ACTOR_CRITIC
+
+
+def with_behaviour_values(setup: Setup, critic_versions, critic_params, traj):
+    """``traj`` with ``behaviour_values`` [T, B, 2]: V_{k-L}(s_t) and V_{k-L}(final_obs_t) from
+    the critic copy of each step's behaviour version (``critic_versions`` read at the step's
+    lag, or ``critic_params`` for every step when None) — what an actor holding that critic
+    copy stores while acting. Unchanged (no forward) unless the critic reads it."""
+    if not needs_critic_copy(setup):
+        return traj
+    obs = jnp.concatenate([traj.obs, traj.final_obs], 0)
+    T = traj.reward.shape[0]
+    if critic_versions is None:
+        both = setup.critic_values(critic_params, obs)
+    else:  # every ring version on every step (K small), then each step's own
+        every = jax.vmap(lambda p: setup.critic_values(p, obs))(critic_versions.params)
+        slot = lag_lib.slots(critic_versions, jnp.concatenate([traj.lag, traj.lag], 0))
+        both = jnp.take_along_axis(every, slot[None], 0)[0]
+    return traj.replace(behaviour_values=jnp.stack([both[:T], both[T:]], -1))
+
+
 def sample_lags(setup: Setup, values: GridValues, key, avail, idx) -> Array:
     """This update's lags [B] from the lag law (its parameter: ``values.lag`` /
     ``values.lag_logits``; ``trace`` laws are static)."""
@@ -239,9 +267,11 @@ def push_version(setup: Setup, values: GridValues, state: TrainState,
         tau = setup.cfg.polyak
         target_critic = jax.tree_util.tree_map(
             lambda t, p: (1.0 - tau) * t + tau * p, target_critic, learned.critic_params)
-    versions = state.versions
+    versions, critic_versions = state.versions, state.critic_versions
     if versions is not None:
         versions = lag_lib.push(versions, learned.actor_params)
+    if critic_versions is not None:
+        critic_versions = lag_lib.push(critic_versions, learned.critic_params)
     replay = state.replay
     if replay is not None:
         replay = replay_lib.push(replay, traj, state.update - traj.lag)
@@ -256,7 +286,7 @@ def push_version(setup: Setup, values: GridValues, state: TrainState,
         critic_opt_state=learned.critic_opt, versions=versions, env=env_carry, key=key,
         last_return=jnp.where(finished > 0, ret, state.last_return), update=state.update + 1,
         baseline_params=learned.baseline_params, baseline_opt_state=learned.baseline_opt,
-        replay=replay, ewma=ewma)
+        replay=replay, ewma=ewma, critic_versions=critic_versions)
 
 
 def update_metrics(setup: Setup, values: GridValues, state: TrainState, new_state: TrainState,
@@ -293,9 +323,11 @@ def init_state(setup: Setup, values: GridValues, key: Array) -> TrainState:
     actor_params = setup.actor_net.init(k_actor, dummy[..., :setup.actor_obs_shape[-1]])
     critic_params = setup.critic_net.init(k_critic, dummy)
     versions = None
+    extra = {}
     if setup.ring_size > 1:
         versions = lag_lib.init_buffer(actor_params, setup.ring_size)
-    extra = {}
+        if needs_critic_copy(setup):
+            extra["critic_versions"] = lag_lib.init_buffer(critic_params, setup.ring_size)
     if setup.baseline_net is not None:
         # b_psi starts as a copy of the critic: b = Vbar at the start (Eq 8 default)
         extra.update(baseline_params=critic_params,
