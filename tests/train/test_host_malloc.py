@@ -15,9 +15,11 @@ from vccc_jax.train import host_malloc
 
 pytestmark = pytest.mark.skipif(host_malloc._libc() is None, reason="glibc only")
 
-# A jitted 64 MiB output (16384 pages of 4 KiB), made 20 times; prints the most minor page
-# faults of one of the last four calls (glibc reaches its steady state within ~12 calls, the
-# heap then holding ~7 freed outputs). argv[1] == "call": keep_freed_memory() first.
+# A jitted 64 MiB output (16384 pages of 4 KiB), made 40 times; prints the median minor page
+# faults of the last 20 calls. glibc reaches its steady state after a varying number of calls
+# (3 to 11 in 12 runs, once faulting again for 3 calls after that: the outputs in flight vary),
+# so a single late call or the max of a few is not a stable statistic; the median of the last
+# 20 is (0 tuned, 16384 under the defaults). argv[1] == "call": keep_freed_memory() first.
 SCRIPT = textwrap.dedent("""
     import resource, sys
     from vccc_jax.train import host_malloc
@@ -27,11 +29,11 @@ SCRIPT = textwrap.dedent("""
     f = jax.jit(lambda x: x * 2.0 + 1.0)
     x = jnp.ones((1 << 24,), jnp.float32)
     faults = []
-    for _ in range(20):
+    for _ in range(40):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         jax.block_until_ready(f(x))
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    print(max(faults[-4:]), host_malloc.describe())
+    print(sorted(faults[-20:])[10], host_malloc.describe())
 """)
 
 
@@ -46,7 +48,7 @@ def _faults(mode: str, extra_env: dict) -> tuple[int, str]:
 @pytest.mark.parametrize("mode", ["call", "env"])
 def test_the_tuned_allocator_reuses_a_large_output(mode):
     """Tuned by the call or by ENV: a 64 MiB output, once glibc's heap is in its steady
-    state, takes < 1% of its 16384 page faults (glibc's defaults mmap it afresh every call:
+    state, takes < 1% of its 16384 page faults (median of the last 20 of 40 calls) (glibc's defaults mmap it afresh every call:
     16385), and describe() says which setting is active."""
     faults, described = _faults(mode, {} if mode == "call" else host_malloc.ENV)
     assert faults < 164, (faults, described)
