@@ -179,6 +179,11 @@ class TrainConfig:
 
         check_comparators(self)
         check_action_space(self)
+        from vccc_jax.train.targets import NEEDS_ACTOR_CRITIC
+
+        need(self.critic not in NEEDS_ACTOR_CRITIC or self.replay_updates == 0,
+             f"critic {self.critic!r} reads the actor's critic copy of each rollout, which the "
+             "replay buffer does not keep: use replay_updates=0")
 
     @property
     def resolved_num_versions(self) -> int:

@@ -29,7 +29,7 @@ from vccc_jax.train import actor_weights
 from vccc_jax.train.config import TrainConfig, parse_actor
 from vccc_jax.train.networks import Actor, Critic, GaussianActor
 from vccc_jax.train.programs import GridValues, program_key
-from vccc_jax.train.targets import NEEDS_ACTOR_CRITIC, TargetFn, get_critic_target
+from vccc_jax.train.targets import TargetFn, get_critic_target
 
 Array = chex.Array
 
@@ -119,9 +119,6 @@ def make_setup(config: TrainConfig) -> Setup:
         raise ValueError(f"gt_kind='exact' needs a tabular:, token: or lqr: env, got {cfg.env!r}")
     if gt_exact and sampler is not None and sampler.needs_key:
         raise ValueError("exact ground truth needs a deterministic sampler (no mismatch=noise)")
-    if cfg.critic in NEEDS_ACTOR_CRITIC and cfg.replay_updates > 0:
-        raise ValueError(f"critic {cfg.critic!r} reads the actor's critic copy of each rollout, "
-                         "which the replay buffer does not keep: use replay_updates=0")
     num_versions = cfg.resolved_num_versions
     key = program_key(cfg)
     actor_kind, centered = parse_actor(cfg.actor)
