@@ -179,7 +179,7 @@ class TrainConfig:
 
         check_comparators(self)
         check_action_space(self)
-        from vccc_jax.train.targets import NEEDS_ACTOR_CRITIC
+        from vccc_jax.estimators.related.field_critics import NEEDS_ACTOR_CRITIC
 
         need(self.critic not in NEEDS_ACTOR_CRITIC or self.replay_updates == 0,
              f"critic {self.critic!r} reads the actor's critic copy of each rollout, which the "

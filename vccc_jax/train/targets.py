@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from vccc_jax.envs.policy_heads import CategoricalHead
 from vccc_jax.estimators import registry
 from vccc_jax.estimators.registry import CriticTarget, TargetExtras
+from vccc_jax.estimators.related.field_critics import NEEDS_ACTOR_CRITIC as _NEEDS
 from vccc_jax.estimators.types import Transitions
 from vccc_jax.estimators.vtrace import vtrace
 from vccc_jax.train.config import TrainConfig
@@ -202,7 +203,7 @@ def _brace_target(x: TargetInputs, cfg: TrainConfig, clip) -> TargetOutput:
 
 
 # the critics that read the actor's critic copy (TargetInputs.behaviour_values)
-NEEDS_ACTOR_CRITIC = ("cleanba_mixed", "stale_gae")
+NEEDS_ACTOR_CRITIC = _NEEDS
 
 register_critic_target("gae", _gae_target)
 register_critic_target("recompute_no_ratio", _gae_target)  # NeMo-RL: the trainer's gae

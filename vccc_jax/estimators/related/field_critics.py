@@ -27,8 +27,10 @@ from vccc_jax.estimators.vtrace import vtrace
 Array = chex.Array
 
 FIELD_CRITICS = ("cleanba_mixed", "recompute_no_ratio", "stale_gae")
+# the schemes that read the actor's critic copy V_{k-L} (a trainer logs it only for these)
+NEEDS_ACTOR_CRITIC = ("cleanba_mixed", "stale_gae")
 
-__all__ = ["FIELD_CRITICS", "field_critic_target", "gae_lambda_return"]
+__all__ = ["FIELD_CRITICS", "NEEDS_ACTOR_CRITIC", "field_critic_target", "gae_lambda_return"]
 
 
 def gae_lambda_return(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array,
