@@ -10,6 +10,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ from vccc_jax.envs.lag import LagLaw
 from vccc_jax.runs.train_async import run_async
 from vccc_jax.train import async_lag as al
 from vccc_jax.train import async_pipeline as ap
+from vccc_jax.train import trainer as tr
 from vccc_jax.train.config import TrainConfig
 from vccc_jax.train.trainer import Trainer
 
@@ -116,6 +118,31 @@ def test_dropped_rollouts_replay_exactly_in_the_simulator(tmp_path):
         else:
             np.testing.assert_allclose(have, np.asarray(column)[:, 0], rtol=1e-4, atol=1e-6,
                                        err_msg=name)
+
+
+def test_replay_drops_advances_each_env_through_its_own_drops_only():
+    """Envs of one update with 1, 0, 2 and 0 dropped rollouts (two actor threads would give
+    such counts): ``trainer.replay_drops`` leaves the envs without drops as they were and
+    moves the others through exactly their own dropped rollouts, each pass one rollout of the
+    actor's key chain at the recorded lags (its docstring): against those passes written out."""
+    cfg = TrainConfig(**SMALL, total_timesteps=4 * 8 * 2,
+                      lag="trace:0/1,0,0/1/0,0,0,0,0,0", num_versions=3)
+    trainer = Trainer(cfg)
+    setup, values = trainer.setup, trainer.values
+    state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
+    env, _ = jax.jit(lambda s: tr.replay_drops(setup, values, s, 0))(state)
+    lags = np.array([[1, 0, 1, 0], [0, 0, 0, 0]])  # the law's drops_at(0): pass i, env b
+    passes, carry, key = [], state.env, state.key
+    for i in range(2):
+        key, _, k_roll, _, _ = jax.random.split(key, 5)
+        carry, _ = tr.rollout_step(setup, values, state.actor_params, state.versions, carry,
+                                   k_roll, 0, lags=jnp.asarray(lags[i], jnp.int32))
+        passes.append(carry)
+    for b, want in enumerate((passes[0], state.env, passes[1], state.env)):
+        for got_leaf, want_leaf in zip(jax.tree_util.tree_leaves(env),
+                                       jax.tree_util.tree_leaves(want)):
+            np.testing.assert_array_equal(np.asarray(got_leaf)[b], np.asarray(want_leaf)[b])
+    assert not np.array_equal(np.asarray(passes[0].obs)[0], np.asarray(state.env.obs)[0])
 
 
 def test_a_failing_actor_thread_stops_the_run_keeping_rows_and_checkpoint(tmp_path):
