@@ -23,8 +23,8 @@ T, M = 8, 4
 
 
 @functools.lru_cache(maxsize=None)
-def _rollout_setup():
-    trainer = Trainer(TrainConfig(**SMALL, total_timesteps=4 * 8 * 2))
+def _rollout_setup(env="CartPole-v1"):
+    trainer = Trainer(TrainConfig(**(SMALL | {"env": env}), total_timesteps=4 * 8 * 2))
     state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
     roll = jax.jit(functools.partial(ap.actor_rollout, trainer.setup), static_argnames=("steps",))
     return trainer, state, roll
@@ -34,11 +34,13 @@ def _equal(a, b):
     jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(a), jax.device_get(b))
 
 
-@pytest.mark.parametrize("every", [0, T, 2])  # 0 and T: one call, the current code path
-def test_chunks_of_one_version_are_the_whole_rollout_bit_for_bit(every):
+@pytest.mark.parametrize("every,env", [(0, "CartPole-v1"), (T, "CartPole-v1"),
+                                       (2, "CartPole-v1"), (2, "Pendulum-v1")])
+def test_chunks_of_one_version_are_the_whole_rollout_bit_for_bit(every, env):
     """Chunks run one after the other with the same parameters give the whole rollout's
-    trajectory, carry and next key bit for bit (the same draws, sliced), stamped per step."""
-    trainer, state, roll = _rollout_setup()
+    trajectory, carry and next key bit for bit (the same draws, sliced), stamped per step;
+    on the categorical and the Gaussian head (0 and T: one call, the current code path)."""
+    trainer, state, roll = _rollout_setup(env)
     values = ap.program_values(trainer.values)
     whole = roll(values, state.actor_params, state.env, state.key, np.int32(5))
     calls = []
@@ -50,7 +52,14 @@ def test_chunks_of_one_version_are_the_whole_rollout_bit_for_bit(every):
     carry, traj, key, first = ap.chunked_rollout(roll, values, take, state.env, state.key, T,
                                                  every)
     assert calls == list(range(T // every if every else 1)) and first == 5
-    _equal((carry, traj, key), whole)
+    if env == "CartPole-v1":
+        _equal((carry, traj, key), whole)
+    else:  # continuous states: the chunked physics compiles to other fused float32 kernels
+        _equal(key, whole[2])  # the same draws; states and actions to float32 rounding
+        jax.tree_util.tree_map(functools.partial(np.testing.assert_allclose, rtol=1e-5,
+                                                 atol=1e-6),
+                               jax.device_get((carry, traj)), jax.device_get(whole[:2]))
+        _equal(traj.version, whole[1].version)
     np.testing.assert_array_equal(np.asarray(traj.version), 5)
 
 
