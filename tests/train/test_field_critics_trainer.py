@@ -55,11 +55,12 @@ def test_recompute_no_ratio_is_the_trainers_gae():
     assert set(NEEDS_ACTOR_CRITIC) == set(FIELD_CRITICS) - {"recompute_no_ratio"}
 
 
-@pytest.fixture(scope="module")
-def lagged_rollout():
+@pytest.fixture(scope="module", params=["CartPole-v1", "Pendulum-v1"])  # both policy heads
+def lagged_rollout(request):
     """A rollout under uniform:3 lags of a cleanba_mixed trainer whose critic ring holds three
-    distinct versions, and the trainer."""
-    trainer = tr.Trainer(TrainConfig(**SMALL, total_timesteps=4 * 8 * 3, lag="uniform:3",
+    distinct versions, and the trainer (categorical and Gaussian actor)."""
+    trainer = tr.Trainer(TrainConfig(**(SMALL | {"env": request.param}),
+                                     total_timesteps=4 * 8 * 3, lag="uniform:3",
                                      critic="cleanba_mixed"))
     setup = trainer.setup
     state = jax.tree_util.tree_map(lambda x: x[0], trainer.init())
@@ -100,7 +101,8 @@ def test_at_lag_0_every_field_critic_is_the_gae_target_bit_for_bit(lagged_rollou
     values = tr.program_values(trainer.values)
 
     def prepared(critic):
-        setup = tr.Trainer(TrainConfig(**SMALL, total_timesteps=4 * 8 * 3, lag="uniform:3",
+        setup = tr.Trainer(TrainConfig(**(SMALL | {"env": trainer.setup.cfg.env}),
+                                       total_timesteps=4 * 8 * 3, lag="uniform:3",
                                        critic=critic)).setup
         p = jax.jit(lambda: learner.prepare(setup, values, traj, state.critic_params))()
         return np.asarray(p.targets), np.asarray(p.advantages)
