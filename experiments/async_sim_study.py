@@ -79,12 +79,8 @@ def real_run(cfg, spec, programs=None, drops=None):
                        programs=programs)
     rows, trace, dropped = [], [], 0
     try:
-        pipe.start_threads()
         state = jax.device_put(state, pipe.learner_device)
-        for k in range(trainer.num_updates):
-            batch = pipe.next_batch(k)
-            state, m = pipe.learn(state, batch, k)
-            pipe.publish(k + 1, state.actor_params, state.critic_params)
+        for k, batch, state, m in pipe.drive(state, trainer.num_updates):
             m, version = jax.device_get((m, batch.traj.version))
             rows.append({n: np.asarray(v) for n, v in m.items()})
             trace.append(k - np.asarray(version)[0])

@@ -30,11 +30,7 @@ def run(trainer, learner):
         assert len(state.env.obs.sharding.device_set) == 2, state.env.obs.sharding
     out = []
     try:
-        pipe.start_threads()
-        for k in range(trainer.num_updates):
-            batch = pipe.next_batch(k)
-            state, m = pipe.learn(state, batch, k)
-            pipe.publish(k + 1, state.actor_params)
+        for k, batch, state, m in pipe.drive(state, trainer.num_updates):
             out.append(jax.device_get((m, batch.traj.version, batch.traj.action)))
     finally:
         assert pipe.close() == []

@@ -46,11 +46,7 @@ def test_lag1_one_actor_thread_is_the_simulators_fixed1_run(env):
                        ap.initial_actor_keys(state.key, 1), 0)
     got = []
     try:
-        pipe.start_threads()
-        for k in range(trainer.num_updates):
-            batch = pipe.next_batch(k)
-            state, m = pipe.learn(state, batch, k)
-            pipe.publish(k + 1, state.actor_params)
+        for k, batch, state, m in pipe.drive(state, trainer.num_updates):
             got.append(jax.device_get(m) | {"version": np.asarray(batch.traj.version)})
     finally:
         assert pipe.close() == []
@@ -90,11 +86,7 @@ def test_dropped_rollouts_replay_exactly_in_the_simulator(tmp_path):
                               state, ap.initial_actor_keys(state.key, 1), 0)
     got, trace = [], al.LagTrace()
     try:
-        pipe.start_threads()
-        for k in range(trainer.num_updates):
-            batch = pipe.next_batch(k)
-            state, m = pipe.learn(state, batch, k)
-            pipe.publish(k + 1, state.actor_params)
+        for k, batch, state, m in pipe.drive(state, trainer.num_updates):
             got.append(jax.device_get(m))
             trace.add(k - np.asarray(batch.traj.version)[0],
                       al.drop_lags(k, batch.drop_versions, cfg.num_envs))

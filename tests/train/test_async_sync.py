@@ -107,11 +107,7 @@ def test_lag1_with_mid_rollout_sync_is_the_simulators_fixed1_with_switches():
                        ap.initial_actor_keys(state.key, 1), 0)
     got, trajs = [], al.TrajectoryLags(cfg.num_envs)
     try:
-        pipe.start_threads()
-        for k in range(trainer.num_updates):
-            batch = pipe.next_batch(k)
-            state, m = pipe.learn(state, batch, k)
-            pipe.publish(k + 1, state.actor_params)
+        for k, batch, state, m in pipe.drive(state, trainer.num_updates):
             version, done = jax.device_get((batch.traj.version, batch.traj.episode_done))
             lag = k - np.asarray(version)
             got.append(jax.device_get(m) | {"version": np.asarray(version), "lag": lag}
@@ -152,11 +148,7 @@ def test_bounded_with_mid_rollout_sync_under_real_threads():
     spec = ap.AsyncSpec(actors=2, queue=2, mode="bounded:1", timeout=120.0, sync_every=2)
     pipe = ap.Pipeline(trainer, spec, state, ap.initial_actor_keys(state.key, 2), 0)
     try:
-        pipe.start_threads()
-        for k in range(trainer.num_updates):
-            batch = pipe.next_batch(k)
-            state, _ = pipe.learn(state, batch, k)
-            pipe.publish(k + 1, state.actor_params)
+        for k, batch, state, _ in pipe.drive(state, trainer.num_updates):
             version = np.asarray(jax.device_get(batch.traj.version))  # [T, B]
             chunks = version.reshape(T // 2, 2, 4)
             np.testing.assert_array_equal(chunks[:, 0], chunks[:, 1])  # one version per chunk

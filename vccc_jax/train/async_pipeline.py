@@ -383,6 +383,18 @@ class Pipeline:
         for t in self.threads:
             t.start()
 
+    def drive(self, state, updates: int):
+        """Start the actor threads and run learner updates 0 .. ``updates`` - 1 on ``state``,
+        publishing each new version; yields (update, batch, new state, metrics) after each.
+        The caller closes the pipeline (``close``). ``runs.train_async`` runs its own loop
+        (checkpoints, stop requests, several processes); this is the plain one."""
+        self.start_threads()
+        for k in range(updates):
+            batch = self.next_batch(k)
+            state, metrics = self.learn(state, batch, k)
+            self.publish(k + 1, state.actor_params, state.critic_params)
+            yield k, batch, state, metrics
+
     def _place(self, tree, sharding, local: bool = False):
         """``tree`` on the learner: its device, or the mesh with ``sharding`` (None:
         replicated). Several processes: ``tree`` is the same on all (``local`` False) or this
